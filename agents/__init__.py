@@ -1,0 +1,1 @@
+"""agents: agent loops, action parsers, tools and prompt templates."""

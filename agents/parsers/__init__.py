@@ -1,0 +1,1 @@
+"""Action parsers: turn a model message into actions or raise FormatError."""

@@ -1,0 +1,1 @@
+"""Tools: typed definitions rendered to OpenAI schemas, and the registry that runs them."""

@@ -1,0 +1,1 @@
+"""envs: runtimes (null, local, containers) and environments (tool, step, shell)."""

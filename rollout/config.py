@@ -1,0 +1,114 @@
+"""Config loading: YAML files merged in order, ``key.path=value`` overrides, strict validation.
+
+Every failure is a ``ConfigError`` whose text starts with the dotted path of the bad field, so
+``rollout run`` can print one line and exit 2 before any work starts.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from rollout.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class StrictModel(BaseModel):
+    """Base of every config section: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; anything else (lists included) is replaced."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config: {exc.strerror}", str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", where) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"top level must be a mapping, got {type(data).__name__}", str(path))
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r} is not key.path=value", "overrides")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = out
+        for i, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"cannot set {'.'.join(path)}: {'.'.join(path[: i + 1])} is not a mapping", text)
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def load_config(paths: list[str | Path], overrides: list[str] = ()) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for path in paths:
+        data = deep_merge(data, load_yaml(path))
+    return apply_overrides(data, list(overrides))
+
+
+def validate(model: type[M], data: Any, prefix: str = "") -> M:
+    """``model.model_validate(data)``, with the first error turned into a one-line ConfigError."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc, prefix) from None
+
+
+def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
+    errors = exc.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    field = ".".join(p for p in (prefix, loc) if p)
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif "input" in first and not isinstance(first["input"], (dict, list)):
+        msg = f"{msg} (got {first['input']!r})"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return ConfigError(msg + more, field or model_name(exc))
+
+
+def model_name(exc: ValidationError) -> str:
+    return str(exc.title)

@@ -1,0 +1,104 @@
+"""RolloutContext: what one running rollout carries (identity, limits, observers, the growing
+trajectory), and the model-call and observation bookkeeping every agent loop shares."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from rollout import events
+from rollout.events import Emitter, Observer
+from rollout.protocols import Model
+from rollout.records import Message, Observation, RequestMeta, Step, Trajectory
+from rollout.termination import Limits, Termination
+
+
+class RolloutContext:
+    """Owned by the runner; agents append to ``trajectory`` so a cut-short rollout keeps its history."""
+
+    def __init__(
+        self,
+        meta: RequestMeta | None = None,
+        limits: Limits | None = None,
+        observers: Iterable[Observer] = (),
+        sampling: dict[str, Any] | None = None,
+    ):
+        self.meta = meta or RequestMeta()
+        self.limits = limits or Limits()
+        self.termination = Termination(self.limits)
+        self.emitter = Emitter(observers, self.meta.rollout_id, self.meta.task_id)
+        self.trajectory = Trajectory()
+        self.sampling = dict(sampling or {})
+        if self.meta.seed is not None:
+            self.sampling.setdefault("seed", self.meta.seed)
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.trajectory.messages
+
+    def add_messages(self, *messages: Message) -> None:
+        """The message list only grows: prefix caches hit and token ids stay exact."""
+        self.trajectory.messages.extend(messages)
+
+    async def query(self, model: Model, tools: list[dict[str, Any]] | None = None) -> Step:
+        """Check limits, call the model on the whole conversation, record the step.
+
+        The step is recorded before ``finish_reason == "length"`` ends the rollout, so the cut
+        output (and its tokens) stay in the trajectory.
+        """
+        self.termination.before_model_call()
+        started = time.time()
+        t0 = time.perf_counter()
+        response = await model.complete(self.trajectory.messages, tools, meta=self.meta, **self.sampling)
+        message = dict(response.message)
+        message.setdefault("role", "assistant")
+        message.setdefault("content", None)
+        step = Step(
+            index=len(self.trajectory.steps) + 1,
+            message=message,
+            finish_reason=response.finish_reason,
+            started_at=started,
+            model_seconds=time.perf_counter() - t0,
+            usage=response.usage,
+            prompt_token_ids=response.prompt_token_ids,
+            completion_token_ids=response.completion_token_ids,
+            logprobs=response.logprobs,
+            policy_version=response.policy_version,
+        )
+        self.trajectory.messages.append(message)
+        self.trajectory.steps.append(step)
+        self.emitter.emit(
+            events.MODEL_CALL_DONE,
+            step=step.index,
+            seconds=step.model_seconds,
+            finish_reason=response.finish_reason,
+            prompt_tokens=response.usage.prompt_tokens,
+            completion_tokens=response.usage.completion_tokens,
+        )
+        self.termination.after_model_call(response)
+        return step
+
+    def record_observations(self, step: Step, observations: list[Observation], seconds: float) -> None:
+        step.observations.extend(observations)
+        step.env_seconds += seconds
+        for obs in observations:
+            if obs.reward is not None:
+                self.trajectory.env_reward += obs.reward
+            self.emitter.emit(
+                events.ACTION_EXECUTED,
+                step=step.index,
+                action=obs.action_name,
+                success=obs.success,
+                seconds=obs.info.get("duration", seconds / max(1, len(observations))),
+                command=obs.info.get("command"),
+            )
+
+    def step_done(self, step: Step) -> None:
+        self.emitter.emit(
+            events.STEP_DONE,
+            step=step.index,
+            actions=[a.name for a in step.actions],
+            format_error=step.format_error is not None,
+            model_seconds=step.model_seconds,
+            env_seconds=step.env_seconds,
+        )

@@ -1,0 +1,1 @@
+"""Model seam implementations: the scripted model, the OpenAI-compatible client, the fake server."""

@@ -1,0 +1,124 @@
+"""The seams: small async Protocols that models, runtimes, environments, verifiers, parsers and
+agents implement. Implementations never inherit from them; they only match the shape."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import Field
+
+from rollout.records import Action, Message, Observation, Record, RequestMeta, Reward, RolloutResult, Task, Usage
+
+if TYPE_CHECKING:
+    from rollout.context import RolloutContext
+
+
+class ModelResponse(Record):
+    """One assistant turn, with token data when the engine returns it."""
+
+    message: Message
+    finish_reason: str | None = "stop"
+    usage: Usage = Field(default_factory=Usage)
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    model: str = ""
+    policy_version: str | None = None
+
+
+@runtime_checkable
+class Model(Protocol):
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        meta: RequestMeta | None = None,
+        **sampling: Any,
+    ) -> ModelResponse:
+        """Return the next assistant message. Raises ``ContextLengthExceeded`` when the prompt no
+        longer fits, ``ModelError`` when the endpoint keeps failing."""
+        ...
+
+
+class ExecResult(Record):
+    output: str
+    returncode: int
+    timed_out: bool = False
+    truncated: bool = False
+    duration: float = 0.0
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """A container or workspace that runs shell commands. A failing command is output with a
+    return code, not an exception; ``RuntimeFailure`` means the runtime itself broke."""
+
+    async def start(self) -> None: ...
+
+    async def exec(
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> ExecResult: ...
+
+    async def write_file(self, path: str, data: bytes) -> None: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def close(self) -> None:
+        """Idempotent."""
+        ...
+
+
+class EnvReset(Record):
+    """What an environment offers at the start: extra opening messages and tool schemas."""
+
+    messages: list[Message] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    async def reset(self, task: Task) -> EnvReset: ...
+
+    async def step(self, actions: list[Action]) -> list[Observation]:
+        """One observation per action, in order. Tool failures are observations with
+        ``success=False``, never exceptions."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    async def verify(self, task: Task, result: RolloutResult) -> Reward: ...
+
+
+@runtime_checkable
+class ActionParser(Protocol):
+    def parse(self, message: Message) -> list[Action]:
+        """Actions in the message, or raise ``FormatError`` whose text is fed back to the model."""
+        ...
+
+
+@runtime_checkable
+class Agent(Protocol):
+    async def run(self, task: Task, model: Model, env: Environment, ctx: "RolloutContext") -> None:
+        """Drive the episode, appending to ``ctx.trajectory``; end by raising a ``TaskOutcome``
+        (``Submitted``, ``NaturalCompletion``, a limit, ...). Infrastructure errors propagate."""
+        ...
+
+
+@runtime_checkable
+class ToolExecutor(Protocol):
+    """What a tool environment needs from a tool registry (``agents.tools.ToolRegistry`` is one)."""
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """OpenAI tool JSON schemas of every registered tool."""
+        ...
+
+    async def execute(self, action: Action) -> Observation:
+        """Run one tool call. Unknown tools, bad arguments and exceptions come back as
+        ``Observation(success=False, info={"error": "unknown_tool" | "invalid_arguments" |
+        "execution_error"})``, never as exceptions."""
+        ...

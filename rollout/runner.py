@@ -1,0 +1,149 @@
+"""run_rollout: one attempt of one (task, sample), from reset to reward, as a RolloutResult.
+
+This is the one place an exception becomes a recorded outcome: task outcomes are final and
+rewarded; infrastructure failures (and any untyped error, labelled ``internal_error``) are
+marked ``infra_failed`` and never scored. A bad rollout is data, not a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Iterable
+
+from rollout import events
+from rollout.context import RolloutContext
+from rollout.errors import (
+    AgentProtocolError,
+    ExitReason,
+    FormatError,
+    InfrastructureError,
+    TaskOutcome,
+    TimeLimitExceeded,
+    VerifierError,
+)
+from rollout.events import Observer
+from rollout.protocols import Agent, Environment, Model, Verifier
+from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Task, Usage, exit_reason_of
+from rollout.termination import Limits
+
+TIME_LIMIT_GRACE = 5.0
+"""Seconds past ``time_limit`` before the loop is cancelled mid-action (a hung command)."""
+
+
+async def run_rollout(
+    task: Task,
+    agent: Agent,
+    model: Model,
+    env: Environment,
+    *,
+    verifier: Verifier | None = None,
+    meta: RequestMeta | None = None,
+    limits: Limits | None = None,
+    observers: Iterable[Observer] = (),
+    sampling: dict[str, Any] | None = None,
+) -> RolloutResult:
+    meta = meta or RequestMeta(rollout_id=f"{task.task_id}#0", task_id=task.task_id)
+    ctx = RolloutContext(meta, limits, observers, sampling)
+    ctx.emitter.emit(events.ROLLOUT_STARTED, sample_index=meta.sample_index, attempt=meta.attempt)
+    t0 = time.perf_counter()
+    outcome: BaseException
+    try:
+        outcome = await _run_agent(agent, task, model, env, ctx)
+    finally:
+        t_agent = time.perf_counter()
+        close_error = await _close(env)
+    if close_error is not None and not isinstance(outcome, InfrastructureError):
+        # The episode itself is over; a failed cleanup is worth a log line, not a lost result.
+        ctx.emitter.emit("environment_close_failed", error=str(close_error))
+
+    result = _result(task, meta, ctx, outcome)
+    result.timings["agent"] = t_agent - t0
+    if result.status == "completed":
+        t_verify = time.perf_counter()
+        try:
+            if verifier is not None:
+                reward = await verifier.verify(task, result)
+                result.reward, result.reward_details = reward.value, dict(reward.details)
+            else:
+                result.reward = ctx.trajectory.env_reward
+        except Exception as exc:  # noqa: BLE001 - labelled below
+            err = exc if isinstance(exc, InfrastructureError) else VerifierError(f"{type(exc).__name__}: {exc}")
+            _mark_infra(result, err, original=exc)
+        result.timings["verify"] = time.perf_counter() - t_verify
+    result.timings["total"] = time.perf_counter() - t0
+    ctx.emitter.emit(
+        events.ROLLOUT_FINISHED,
+        status=result.status,
+        exit_reason=result.exit_reason.value,
+        reward=result.reward,
+        steps=len(result.trajectory.steps),
+        seconds=result.timings["total"],
+        error_type=result.error.type if result.error else None,
+    )
+    return result
+
+
+async def _run_agent(agent: Agent, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> BaseException:
+    """Run the agent; return (not raise) whatever ended it."""
+    limit = ctx.limits.time_limit
+    try:
+        if limit is None:
+            await agent.run(task, model, env, ctx)
+        else:
+            await asyncio.wait_for(agent.run(task, model, env, ctx), limit + TIME_LIMIT_GRACE)
+    except (asyncio.TimeoutError, TimeoutError):
+        return TimeLimitExceeded(f"time_limit={limit}s passed while an action was running")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every error becomes data
+        return exc
+    return AgentProtocolError(f"agent {type(agent).__name__} returned without an exit reason")
+
+
+async def _close(env: Environment) -> BaseException | None:
+    try:
+        await env.close()
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    return None
+
+
+def _result(task: Task, meta: RequestMeta, ctx: RolloutContext, outcome: BaseException) -> RolloutResult:
+    traj = ctx.trajectory
+    usage = sum((s.usage for s in traj.steps), Usage())
+    base = dict(
+        run_id=meta.run_id,
+        rollout_id=meta.rollout_id,
+        task_id=task.task_id,
+        sample_index=meta.sample_index,
+        attempt=meta.attempt,
+        trajectory=traj,
+        usage=usage,
+        metadata=dict(task.metadata),
+    )
+    if isinstance(outcome, (TaskOutcome, FormatError)):
+        reason = outcome.exit_reason
+        submission = getattr(outcome, "submission", None)
+        traj.exit_reason, traj.submission = reason, submission
+        if traj.steps:
+            traj.steps[-1].termination_reason = reason
+        return RolloutResult(status="completed", exit_reason=reason, submission=submission, **base)
+    result = RolloutResult(status="infra_failed", exit_reason=exit_reason_of(outcome), **base)
+    _mark_infra(result, outcome)
+    return result
+
+
+def _mark_infra(result: RolloutResult, exc: BaseException, original: BaseException | None = None) -> None:
+    reason = exit_reason_of(exc)
+    if not reason.is_infrastructure:
+        reason = ExitReason.INTERNAL_ERROR
+    result.status = "infra_failed"
+    result.exit_reason = reason
+    result.reward = None
+    result.trajectory.exit_reason = reason
+    info = ErrorInfo.from_exception(original or exc)
+    info.infrastructure = True
+    if original is not None and original is not exc:
+        info.type = f"{type(exc).__name__}({type(original).__name__})"
+    result.error = info
