@@ -72,6 +72,8 @@ class RolloutError(Exception):
 class TaskOutcome(RolloutError):
     """Ends a rollout with a final, rewarded outcome. ``submission`` carries a submitted answer."""
 
+    exit_reason = ExitReason.NATURAL_COMPLETION
+
     def __init__(self, message: str = "", submission: str | None = None):
         super().__init__(message)
         self.args = (message, submission)

@@ -88,4 +88,19 @@ RUNTIMES = Registry(
         "local": "envs.local_runtime:LocalRuntime",
     },
 )
-POLICIES = Registry("policy", {})
+VERIFIERS = Registry(
+    "verifier",
+    {
+        "check_command": "envs.verifiers:CheckCommandVerifier",
+        "answer_match": "envs.verifiers:AnswerMatchVerifier",
+    },
+)
+POLICIES = Registry(
+    "policy",
+    {
+        "demo": "agents.demo.policy:demo_policy",
+        "echo": "rollout.models.policies:echo",
+        "bash_echo": "rollout.models.policies:bash_echo",
+        "oracle": "rollout.models.policies:oracle",
+    },
+)

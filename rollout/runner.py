@@ -47,30 +47,20 @@ async def run_rollout(
     ctx = RolloutContext(meta, limits, observers, sampling)
     ctx.emitter.emit(events.ROLLOUT_STARTED, sample_index=meta.sample_index, attempt=meta.attempt)
     t0 = time.perf_counter()
-    outcome: BaseException
     try:
         outcome = await _run_agent(agent, task, model, env, ctx)
-    finally:
         t_agent = time.perf_counter()
+        result = _result(task, meta, ctx, outcome)
+        result.timings["agent"] = t_agent - t0
+        if result.status == "completed":
+            # Before close: a verifier may look inside the environment (a check command in its workspace).
+            await _verify(verifier, task, result, ctx)
+            result.timings["verify"] = time.perf_counter() - t_agent
+    finally:
         close_error = await _close(env)
-    if close_error is not None and not isinstance(outcome, InfrastructureError):
-        # The episode itself is over; a failed cleanup is worth a log line, not a lost result.
-        ctx.emitter.emit("environment_close_failed", error=str(close_error))
-
-    result = _result(task, meta, ctx, outcome)
-    result.timings["agent"] = t_agent - t0
-    if result.status == "completed":
-        t_verify = time.perf_counter()
-        try:
-            if verifier is not None:
-                reward = await verifier.verify(task, result)
-                result.reward, result.reward_details = reward.value, dict(reward.details)
-            else:
-                result.reward = ctx.trajectory.env_reward
-        except Exception as exc:  # noqa: BLE001 - labelled below
-            err = exc if isinstance(exc, InfrastructureError) else VerifierError(f"{type(exc).__name__}: {exc}")
-            _mark_infra(result, err, original=exc)
-        result.timings["verify"] = time.perf_counter() - t_verify
+    if close_error is not None:
+        # The episode is over and scored; a failed cleanup is reported, not allowed to lose the result.
+        result.metadata["close_error"] = f"{type(close_error).__name__}: {close_error}"
     result.timings["total"] = time.perf_counter() - t0
     ctx.emitter.emit(
         events.ROLLOUT_FINISHED,
@@ -99,6 +89,18 @@ async def _run_agent(agent: Agent, task: Task, model: Model, env: Environment, c
     except Exception as exc:  # noqa: BLE001 - every error becomes data
         return exc
     return AgentProtocolError(f"agent {type(agent).__name__} returned without an exit reason")
+
+
+async def _verify(verifier: Verifier | None, task: Task, result: RolloutResult, ctx: RolloutContext) -> None:
+    try:
+        if verifier is None:
+            result.reward = ctx.trajectory.env_reward
+            return
+        reward = await verifier.verify(task, result)
+        result.reward, result.reward_details = reward.value, dict(reward.details)
+    except Exception as exc:  # noqa: BLE001 - labelled: never scored 0 silently
+        err = exc if isinstance(exc, InfrastructureError) else VerifierError(f"{type(exc).__name__}: {exc}")
+        _mark_infra(result, err, original=exc)
 
 
 async def _close(env: Environment) -> BaseException | None:

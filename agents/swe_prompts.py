@@ -1,0 +1,85 @@
+"""Default Jinja templates of the Mini-SWE bash agent, and strict rendering."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from rollout.errors import ConfigError
+
+SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+SYSTEM_TEMPLATE = """You are a careful software engineer working in a shell.
+Every reply holds a short explanation and exactly ONE bash code block with ONE command:
+
+```bash
+your_command_here
+```
+
+Each command runs in a fresh shell (directory changes and variables do not persist; chain with &&).
+You will see the command's output, then write the next command."""
+
+INSTANCE_TEMPLATE = """{% if task.data.repo is defined %}The repository {{ task.data.repo }} is checked out at {{ cwd }}.
+{% else %}Your working directory is {{ cwd }}.
+{% endif %}
+<task>
+{{ problem }}
+</task>
+
+Work step by step: look around, make the change, check it. When you are done, submit by running
+a command whose first output line is exactly {{ sentinel }}, followed by your result, e.g.
+
+```bash
+{{ submit_command }}
+```
+
+Submitting ends the episode; you cannot continue after it."""
+
+OBSERVATION_TEMPLATE = """<returncode>{{ returncode }}</returncode>
+{% if timed_out %}<warning>The command timed out after {{ timeout }} seconds and was killed.</warning>
+{% endif %}{% if elided %}<output_head>
+{{ head }}
+</output_head>
+<elided>{{ elided }} characters elided: the output was too long. Use head, tail, grep or sed -n to see parts of it.</elided>
+<output_tail>
+{{ tail }}
+</output_tail>{% else %}<output>
+{{ output }}
+</output>{% endif %}"""
+
+FORMAT_ERROR_TEMPLATE = """Your reply was not in the expected format: {{ error }}
+
+Reply with a short explanation and exactly ONE bash code block:
+
+```bash
+your_command_here
+```
+
+To finish, run a command whose first output line is {{ sentinel }}."""
+
+_env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+@lru_cache(maxsize=64)
+def _compile(source: str) -> jinja2.Template:
+    return _env.from_string(source)
+
+
+def render(source: str, field: str, **variables: Any) -> str:
+    """Render with strict undefined: a template naming a missing variable is a ConfigError."""
+    try:
+        return _compile(source).render(**variables)
+    except jinja2.UndefinedError as exc:
+        raise ConfigError(f"template uses an undefined variable: {exc.message}", field) from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConfigError(f"template syntax error line {exc.lineno}: {exc.message}", field) from None
+
+
+def elide(output: str, max_chars: int) -> dict[str, Any]:
+    """Head and tail of a long output and how much was left out between them."""
+    if len(output) <= max_chars:
+        return {"output": output, "elided": 0, "head": "", "tail": ""}
+    half = max_chars // 2
+    return {"output": output, "elided": len(output) - 2 * half, "head": output[:half], "tail": output[-half:]}

@@ -1,0 +1,136 @@
+"""Compose: validate every component section of a RunConfig, then build the parts of each rollout.
+
+All validation happens in ``Composer.__init__``, before any work starts, so a bad config fails
+with one line naming the field. Building per rollout is cheap: agents are shared (stateless),
+environments, runtimes and verifiers are fresh per rollout.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from cluster.run_config import RunConfig
+from rollout.config import deep_merge, validate
+from rollout.errors import ConfigError
+from rollout.protocols import Agent, Environment, Model, Verifier
+from rollout.records import Task
+from rollout.registry import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, Registry
+from rollout.termination import Limits
+
+
+@dataclass
+class Component:
+    cls: type
+    config: Any
+
+
+@dataclass
+class Profile:
+    agent: Any
+    limits: Limits
+    environment: Component
+    runtime: Component | None
+    verifier: Component | None
+
+
+@dataclass
+class RolloutParts:
+    agent: Agent
+    env: Environment
+    verifier: Verifier | None
+    limits: Limits
+
+
+def component(registry: Registry, section: dict[str, Any] | None, field: str) -> Component | None:
+    """The class a section's ``type`` names and the section validated by that class's ``<Name>Config``."""
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise ConfigError(f"must be a mapping, got {type(section).__name__}", field)
+    if "type" not in section:
+        raise ConfigError(f"missing; choose one of {', '.join(registry.names())}", f"{field}.type")
+    cls = registry.load(str(section["type"]), field=f"{field}.type")
+    config_cls = getattr(sys.modules[cls.__module__], f"{cls.__name__}Config", None)
+    if isinstance(config_cls, type) and issubclass(config_cls, BaseModel):
+        return Component(cls, validate(config_cls, section, prefix=field))
+    return Component(cls, dict(section))
+
+
+def build(comp: Component, **deps: Any) -> Any:
+    """``cls.from_config(config, **deps)`` (or ``cls(config, **deps)``), passing only the deps it accepts."""
+    factory = getattr(comp.cls, "from_config", comp.cls)
+    params = inspect.signature(factory).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return factory(comp.config, **{k: v for k, v in deps.items() if takes_all or k in params})
+
+
+def model_is_scripted(config: RunConfig) -> bool:
+    """Scripted outputs, in process or served by our own fake server: safe to run on the host."""
+    return config.model.get("type") == "scripted" or config.fake_server is not None
+
+
+class Composer:
+    def __init__(self, config: RunConfig, tasks: list[Task] = ()):
+        self.config = config
+        self.tasks = {t.task_id: t for t in tasks}
+        self.model_component = component(MODELS, config.model, "model")
+        self.trusted_model = model_is_scripted(config)
+        self.profiles: dict[str | None, Profile] = {None: self._profile(None)}
+        for name in config.profiles:
+            self.profiles[name] = self._profile(name)
+        for task in tasks:
+            name = task.data.get("profile")
+            if name is not None and name not in self.profiles:
+                raise ConfigError(f"task {task.task_id!r} names unknown profile {name!r}", "dataset")
+
+    def _profile(self, name: str | None) -> Profile:
+        cfg = self.config
+        over = cfg.profiles[name] if name is not None else None
+        prefix = f"profiles.{name}." if name is not None else ""
+
+        def section(key: str) -> dict[str, Any] | None:
+            base = getattr(cfg, key)
+            extra = getattr(over, key) if over is not None else None
+            if extra is None:
+                return base
+            # a different type replaces the section; the same type overrides its keys
+            return extra if base is None or extra.get("type", base.get("type")) != base.get("type") else deep_merge(base, extra)
+
+        agent = component(AGENTS, section("agent"), prefix + "agent")
+        agent_obj = build(agent)
+        limits = agent_obj.limits() if hasattr(agent_obj, "limits") else Limits()
+        return Profile(
+            agent=agent_obj,
+            limits=limits,
+            environment=component(ENVIRONMENTS, section("environment"), prefix + "environment"),
+            runtime=component(RUNTIMES, section("runtime"), prefix + "runtime"),
+            verifier=component(VERIFIERS, section("verifier"), prefix + "verifier"),
+        )
+
+    def build_model(self, base_url: str | None = None) -> Model:
+        comp = self.model_component
+        config = comp.config
+        if base_url is not None and hasattr(config, "base_url"):
+            config = config.model_copy(update={"base_url": base_url})
+        return build(Component(comp.cls, config), tasks=self.tasks)
+
+    def parts(self, task: Task) -> RolloutParts:
+        profile = self.profiles[task.data.get("profile")]
+        env = self._environment(profile)
+        verifier = None
+        if profile.verifier is not None:
+            verifier = build(profile.verifier, env=env)
+        elif hasattr(env, "verify"):
+            verifier = env
+        return RolloutParts(profile.agent, env, verifier, profile.limits)
+
+    def _environment(self, profile: Profile) -> Environment:
+        runtime = None
+        if profile.runtime is not None:
+            runtime = build(profile.runtime, trusted_model=self.trusted_model)
+        return build(profile.environment, runtime=runtime)

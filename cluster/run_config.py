@@ -1,0 +1,78 @@
+"""The schema of a run config (``rollout run CONFIG``): one section per component.
+
+Component sections (``model``, ``agent``, ``environment``, ``runtime``, ``verifier``) pick an
+implementation by ``type`` (a short name or a dotted path) and are validated by that
+implementation's own ``<Class>Config``; ``cluster.compose`` does that before any work starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from rollout.config import StrictModel
+
+
+class DatasetConfig(StrictModel):
+    path: str
+    """JSONL (one task per line) or a JSON list; relative paths are relative to the config file."""
+    ids: list[str] | None = None
+    """Only these task ids."""
+    pattern: str | None = None
+    """Only task ids matching this regular expression."""
+    slice: str | None = None
+    """Python-style slice of the (filtered) tasks, e.g. ``"0:10"``."""
+
+
+class RunOptions(StrictModel):
+    samples: int = Field(default=1, ge=1)
+    """Rollouts per task (n samples, each with its own seed)."""
+    concurrency: int = Field(default=8, ge=1)
+    """Rollouts in flight at once."""
+    max_attempts: int = Field(default=3, ge=1)
+    """Attempts per (task, sample) when infrastructure fails; task outcomes are never retried."""
+    seed: int = 0
+    """Base seed: sample i of a task gets ``seed + i``."""
+    progress_interval: float = Field(default=5.0, gt=0)
+    """Seconds between progress lines."""
+
+
+class OutputConfig(StrictModel):
+    dir: str | None = None
+    """Run directory; relative to ``$ROLLOUT_HOME`` (default ``./runs``); default: the run id."""
+    trajectories: bool = True
+    """Write one trajectory JSON per rollout, updated as it goes."""
+
+
+class FakeServerSection(StrictModel):
+    """Serve the scripted model over HTTP for this run (the demo); sets ``model.base_url``."""
+
+    policy: str = "demo"
+    """Scripted policy served (short name or dotted path)."""
+    latency: float = Field(default=0.0, ge=0)
+    """Seconds each completion takes."""
+
+
+class Profile(StrictModel):
+    """Section overrides for tasks whose ``profile`` field names this profile."""
+
+    agent: dict[str, Any] | None = None
+    environment: dict[str, Any] | None = None
+    runtime: dict[str, Any] | None = None
+    verifier: dict[str, Any] | None = None
+
+
+class RunConfig(StrictModel):
+    run_id: str | None = None
+    """Default: the (first) config file's stem."""
+    model: dict[str, Any]
+    agent: dict[str, Any] = Field(default_factory=lambda: {"type": "tool_calling"})
+    environment: dict[str, Any] = Field(default_factory=lambda: {"type": "shell"})
+    runtime: dict[str, Any] | None = None
+    verifier: dict[str, Any] | None = None
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+    dataset: DatasetConfig
+    run: RunOptions = Field(default_factory=RunOptions)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    fake_server: FakeServerSection | None = None

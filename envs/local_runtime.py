@@ -1,0 +1,222 @@
+"""LocalRuntime: each command a fresh shell process on this host, in a workspace directory per rollout."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field
+
+from envs.output import CappedOutput
+from rollout.config import StrictModel, validate
+from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
+from rollout.protocols import ExecResult
+
+_REAP_GRACE = 5.0
+"""Seconds to wait for a SIGKILLed shell to be reaped (only a process stuck in the kernel takes longer)."""
+_DRAIN_GRACE = 1.0
+"""Seconds to wait for the output pipe to close once the command is over. Only a process that left the
+group (``setsid``) and kept the pipe open makes us wait this long; we then stop reading."""
+
+
+class LocalRuntimeConfig(StrictModel):
+    type: str = "local"
+    """Registry short name of this runtime."""
+    allow_host_exec: bool = False
+    """Allow the model's commands to run directly on this host, unisolated. Off by default: set it on purpose."""
+    root: str | None = None
+    """Parent directory of the per-rollout workspaces; none: the system temp directory."""
+    keep_workspace: bool = False
+    """Leave the workspace on disk after ``close()`` (for debugging)."""
+    shell: list[str] = Field(default_factory=lambda: ["bash", "-c"], min_length=1)
+    """Argv the command string is appended to."""
+    timeout: float = Field(30.0, gt=0)
+    """Default per-command timeout in seconds; ``exec(timeout=...)`` overrides it."""
+    max_output_bytes: int = Field(1_000_000, ge=1)
+    """Combined stdout+stderr kept per command; past it the command is killed and ``truncated`` set."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables for every command, over the inherited ones."""
+    inherit_env: bool = True
+    """Start from this process's environment; off: only ``env`` (and per-call variables)."""
+
+
+class LocalRuntime:
+    """Runs ``shell + [command]`` per command, in its own process group so that a timeout, a full
+    output buffer or the end of the command kills everything it started (background jobs included).
+    Processes that start a new session themselves (``setsid``, daemons) escape the group."""
+
+    def __init__(self, config: LocalRuntimeConfig | Mapping[str, Any] | None = None, *, trusted_model: bool = False):
+        if config is None:
+            config = LocalRuntimeConfig()
+        elif not isinstance(config, LocalRuntimeConfig):
+            config = validate(LocalRuntimeConfig, config, prefix="runtime")
+        self.config = config
+        self.trusted_model = trusted_model
+        """Set by the composition layer when the model is the scripted model (its commands are ours)."""
+        self.workspace: str | None = None
+        self._closed = False
+        self._base_env: dict[str, str] = {}
+        self._running: set[int] = set()  # process group ids of commands in flight, killed on close()
+
+    @classmethod
+    def from_config(
+        cls, config: LocalRuntimeConfig | Mapping[str, Any], *, trusted_model: bool = False
+    ) -> "LocalRuntime":
+        return cls(config, trusted_model=trusted_model)
+
+    @property
+    def workdir(self) -> str | None:
+        """Where commands run by default (the workspace), once started."""
+        return self.workspace
+
+    async def start(self) -> None:
+        if self._closed:
+            raise RuntimeFailure("LocalRuntime.start() after close()", retryable=False)
+        if self.workspace is not None:
+            return
+        if not (self.config.allow_host_exec or self.trusted_model):
+            raise ConfigError(
+                "the local runtime runs the model's shell commands directly on this host, without isolation, "
+                "so it refuses to start; set runtime.allow_host_exec=true to allow host execution "
+                "(or use a container runtime)",
+                "runtime.allow_host_exec",
+            )
+        try:
+            if self.config.root:
+                os.makedirs(self.config.root, exist_ok=True)
+            self.workspace = tempfile.mkdtemp(prefix="rollout-ws-", dir=self.config.root)
+        except OSError as exc:
+            where = self.config.root or tempfile.gettempdir()
+            raise ContainerStartError(f"cannot create a workspace under {where}: {exc}") from exc
+        self._base_env = {**os.environ, **self.config.env} if self.config.inherit_env else dict(self.config.env)
+
+    async def exec(
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        workspace = self._check_open()
+        workdir = os.path.join(workspace, cwd) if cwd else workspace  # an absolute cwd replaces the workspace
+        if not os.path.isdir(workdir):
+            # The model may have removed its own directory: that is a failing command, not a broken runtime.
+            return ExecResult(output=f"cannot run the command in {workdir}: no such directory\n", returncode=1)
+        limit = self.config.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        began = time.monotonic()
+        try:
+            transport, proto = await loop.subprocess_exec(
+                lambda: _Collector(self.config.max_output_bytes, loop),
+                *self.config.shell,
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                env={**self._base_env, **env} if env else self._base_env,
+                start_new_session=True,  # pgid == pid: one signal reaches everything the command starts
+            )
+        except OSError as exc:
+            raise RuntimeFailure(f"cannot start {self.config.shell[0]!r}: {exc}", retryable=False) from exc
+        pgid = transport.get_pid()
+        self._running.add(pgid)
+        try:
+            done, _ = await asyncio.wait((proto.exited, proto.full), timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            # Timed out, output full, or finished with background jobs left: the whole group goes either way.
+            _kill_group(pgid)
+            await asyncio.wait((proto.exited,), timeout=_REAP_GRACE)
+            await asyncio.wait((proto.eof,), timeout=_DRAIN_GRACE)
+        finally:
+            if not proto.exited.done():  # cancelled mid-command: don't leave it running
+                _kill_group(pgid)
+            self._running.discard(pgid)
+            transport.close()
+        if self._closed:
+            raise RuntimeFailure("LocalRuntime was closed while the command ran")
+        returncode = transport.get_returncode()
+        return ExecResult(
+            output=proto.output.text(),
+            returncode=-signal.SIGKILL if returncode is None else returncode,
+            timed_out=not done,
+            truncated=proto.output.truncated,
+            duration=time.monotonic() - began,
+        )
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (relative to the workspace), creating parent directories."""
+        target = os.path.join(self._check_open(), path)
+        await asyncio.to_thread(_write, target, bytes(data))
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes at ``path`` (relative to the workspace); ``FileNotFoundError`` if there is none."""
+        target = os.path.join(self._check_open(), path)
+        return await asyncio.to_thread(_read, target)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for pgid in list(self._running):
+            _kill_group(pgid)
+        if self.workspace is not None and not self.config.keep_workspace:
+            await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
+
+    def _check_open(self) -> str:
+        if self._closed:
+            raise RuntimeFailure("LocalRuntime is closed")
+        if self.workspace is None:
+            raise RuntimeFailure("LocalRuntime used before start()", retryable=False)
+        if not os.path.isdir(self.workspace):
+            raise RuntimeFailure(f"the workspace {self.workspace} is gone")
+        return self.workspace
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    """Keeps the combined output up to the cap and resolves a future on exit, on EOF and on a full buffer.
+
+    A protocol rather than ``Process.communicate``: the shell's exit must be seen even while a
+    background grandchild still holds the pipe open, and output past the cap must not be buffered.
+    """
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop):
+        self.output = CappedOutput(limit)
+        self.exited = loop.create_future()
+        self.eof = loop.create_future()
+        self.full = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if self.output.feed(data):
+            _resolve(self.full)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        _resolve(self.eof)
+
+    def process_exited(self) -> None:
+        _resolve(self.exited)
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the group is already gone
+        pass
+
+
+def _read(target: str) -> bytes:
+    with open(target, "rb") as f:
+        return f.read()
+
+
+def _write(target: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    with open(target, "wb") as f:
+        f.write(data)

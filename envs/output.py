@@ -1,0 +1,37 @@
+"""Command output helpers shared by runtimes: a byte buffer with a hard cap, and forgiving decoding."""
+
+from __future__ import annotations
+
+
+class CappedOutput:
+    """Collects output bytes up to ``limit``; anything past it is dropped and marks ``truncated``.
+
+    Bounded on purpose: a command like ``yes`` must cost at most ``limit`` bytes of memory.
+    """
+
+    __slots__ = ("limit", "data", "truncated")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.data = bytearray()
+        self.truncated = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """Append ``chunk``; return True once the cap has been exceeded (the caller should stop the command)."""
+        if self.truncated:
+            return True
+        room = self.limit - len(self.data)
+        if len(chunk) > room:
+            self.data += chunk[:room]
+            self.truncated = True
+        else:
+            self.data += chunk
+        return self.truncated
+
+    def text(self) -> str:
+        return decode(self.data)
+
+
+def decode(data: bytes | bytearray) -> str:
+    """UTF-8 with undecodable bytes (binary output, a multi-byte character cut at the cap) replaced."""
+    return data.decode("utf-8", errors="replace")

@@ -1,0 +1,200 @@
+"""Datasets: tasks read from JSONL or a JSON list, selected by id, regex or slice, and hashed.
+
+A row is either already in ``Task`` shape (``task_id``, ``prompt``, ``messages``, ``data``,
+``metadata``) or a flat row (SWE-bench instances, QA sets): its id comes from ``task_id`` /
+``instance_id`` / ``id`` and its prompt from ``prompt`` / ``problem_statement`` / ``question``
+(first present wins). In a flat row every field except ``task_id``, ``prompt``, ``messages``
+and ``metadata`` goes into ``data`` — so SWE rows keep ``instance_id`` and
+``problem_statement`` there, where environments and verifiers look for them.
+
+Every problem is a ``ConfigError`` naming the file and the 1-based line, raised before any
+work starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import ValidationError
+
+from rollout.errors import ConfigError
+from rollout.records import Task
+
+ID_KEYS = ("task_id", "instance_id", "id")
+PROMPT_KEYS = ("prompt", "problem_statement", "question")
+TASK_FIELDS = frozenset(Task.model_fields)
+# In a flat row these name Task fields of their own; everything else is environment data.
+OWN_FIELDS = ("task_id", "prompt", "messages", "metadata")
+
+
+def load_tasks(path: str | Path) -> list[Task]:
+    """Tasks from a ``.json`` file holding a list, or from JSONL (one object per line, blanks skipped)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read dataset: {getattr(exc, 'strerror', None) or exc}", str(path)) from None
+    rows = _json_list_rows(text, path) if path.suffix == ".json" else _jsonl_rows(text, path)
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for line, row in rows:
+        task = _task(row, line, path)
+        if task.task_id in seen:
+            _fail(path, line, f"duplicate task id {task.task_id!r} (first on line {seen[task.task_id]})")
+        seen[task.task_id] = line
+        tasks.append(task)
+    if not tasks:
+        raise ConfigError("dataset holds no tasks", str(path))
+    return tasks
+
+
+def select(
+    tasks: list[Task],
+    ids: Iterable[str] | None = None,
+    pattern: str | None = None,
+    slice_: str | slice | None = None,
+) -> list[Task]:
+    """Filter by exact ids (an unknown id is an error), then by regex on ``task_id``, then slice ("0:10")."""
+    out = list(tasks)
+    if ids is not None:
+        wanted = [ids] if isinstance(ids, str) else list(ids)
+        known = {t.task_id for t in out}
+        missing = [i for i in wanted if i not in known]
+        if missing:
+            raise ConfigError(f"unknown task ids: {', '.join(map(str, missing[:10]))}", "dataset.ids")
+        keep = set(wanted)
+        out = [t for t in out if t.task_id in keep]
+    if pattern:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"invalid regex {pattern!r}: {exc}", "dataset.pattern") from None
+        out = [t for t in out if regex.search(t.task_id)]
+    if slice_ is not None:
+        out = out[slice_ if isinstance(slice_, slice) else parse_slice(slice_)]
+    return out
+
+
+def parse_slice(text: str) -> slice:
+    """``"0:10"``, ``":5"``, ``"10:"``, ``"::2"`` → slice. A bare number is refused (index or count?)."""
+    parts = str(text).split(":")
+    if len(parts) not in (2, 3):
+        raise ConfigError(f"slice {text!r} is not start:stop[:step] (use ':{text}' for the first {text})", "dataset.slice")
+    try:
+        bounds = [int(p) if p.strip() else None for p in parts]
+    except ValueError:
+        raise ConfigError(f"slice {text!r} has a part that is not an integer", "dataset.slice") from None
+    if len(bounds) == 3 and bounds[2] == 0:
+        raise ConfigError("slice step cannot be zero", "dataset.slice")
+    return slice(*bounds)
+
+
+def dataset_hash(path: str | Path) -> str:
+    """First 16 hex digits of the sha256 of the file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+# ---- parsing --------------------------------------------------------------------------------
+
+
+def _fail(path: Path, line: int, problem: str) -> None:
+    raise ConfigError(f"line {line}: {problem}", str(path))
+
+
+def _jsonl_rows(text: str, path: Path) -> list[tuple[int, Any]]:
+    rows = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append((number, json.loads(raw)))
+        except json.JSONDecodeError as exc:
+            _fail(path, number, f"invalid JSON: {exc.msg} (column {exc.colno})")
+    return rows
+
+
+def _json_list_rows(text: str, path: Path) -> list[tuple[int, Any]]:
+    """Decode the list item by item so each row still knows the line it starts on."""
+    decoder = json.JSONDecoder()
+    ws = re.compile(r"\s*")
+    line_of = lambda pos: text.count("\n", 0, pos) + 1  # noqa: E731
+
+    def decode_error(exc: json.JSONDecodeError) -> None:
+        _fail(path, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})")
+
+    pos = ws.match(text, 0).end()
+    if not text.startswith("[", pos):
+        _fail(path, line_of(pos), "a .json dataset must hold a list of tasks (use .jsonl for one task per line)")
+    pos = ws.match(text, pos + 1).end()
+    rows: list[tuple[int, Any]] = []
+    if text.startswith("]", pos):
+        return rows
+    while True:
+        try:
+            item, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            decode_error(exc)
+        rows.append((line_of(pos), item))
+        pos = ws.match(text, end).end()
+        if text.startswith("]", pos):
+            break
+        if not text.startswith(",", pos):
+            _fail(path, line_of(pos), "invalid JSON: expected ',' or ']' after a task")
+        pos = ws.match(text, pos + 1).end()
+    if ws.match(text, pos + 1).end() != len(text):
+        _fail(path, line_of(pos + 1), "invalid JSON: extra data after the list")
+    return rows
+
+
+def _task(row: Any, line: int, path: Path) -> Task:
+    if not isinstance(row, dict):
+        _fail(path, line, f"a task must be a JSON object, got {_type_name(row)}")
+    if "task_id" in row and set(row) <= TASK_FIELDS:
+        fields = dict(row)
+    else:
+        fields = _flat(row, line, path)
+    task_id = fields.get("task_id")
+    if isinstance(task_id, int) and not isinstance(task_id, bool):
+        fields["task_id"] = task_id = str(task_id)  # numeric ids (QA sets) are common; keep them
+    if not isinstance(task_id, str) or not task_id:
+        _fail(path, line, f"task id must be a non-empty string, got {task_id!r}")
+    try:
+        return Task.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        _fail(path, line, f"field {where!r}: {err['msg']}")
+    raise AssertionError("unreachable")
+
+
+def _flat(row: dict[str, Any], line: int, path: Path) -> dict[str, Any]:
+    id_key = next((k for k in ID_KEYS if k in row), None)
+    if id_key is None:
+        _fail(path, line, f"no task id (looked for {', '.join(ID_KEYS)})")
+    prompt_key = next((k for k in PROMPT_KEYS if k in row), None)
+    prompt = row[prompt_key] if prompt_key else None
+    if prompt is not None and not isinstance(prompt, str):
+        _fail(path, line, f"field {prompt_key!r} must be a string, got {_type_name(prompt)}")
+    fields: dict[str, Any] = {
+        "task_id": row[id_key],
+        "prompt": prompt,
+        "data": {k: v for k, v in row.items() if k not in OWN_FIELDS},
+    }
+    for key in ("messages", "metadata"):
+        if key in row:
+            fields[key] = row[key]
+    return fields
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )

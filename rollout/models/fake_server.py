@@ -1,0 +1,259 @@
+"""A fake OpenAI-compatible chat-completions server over a ScriptedModel, with fault injection.
+
+Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
+``GET|POST /admin/faults`` (read / replace the faults; replacing resets their counters),
+``GET|DELETE /admin/stats`` (request counters by status, in-flight high-water mark; DELETE resets).
+The request's ``metadata`` (or ``X-Rollout-Id`` header) becomes the policy's ``RequestMeta``; its
+``task_id`` finds the task in ``dataset`` so a policy can read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import threading
+from collections import Counter
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+
+from aiohttp import web
+from pydantic import Field, ValidationError
+
+from rollout.config import StrictModel, config_error
+from rollout.dataset import load_tasks
+from rollout.errors import ContextLengthExceeded, ModelError
+from rollout.models import fake_tokens
+from rollout.models.openai_wire import completion_json, context_length_error, meta_from_request, raise_open_file_limit
+from rollout.models.scripted import Output, ScriptedModel, ScriptedModelConfig
+
+
+class FaultsConfig(StrictModel):
+    match: str = ""
+    """Faults apply to requests whose rollout id starts with this ("" = every request)."""
+    fail_first_n: int = Field(default=0, ge=0)
+    """The first n requests of each rollout id get ``status`` (per rollout id, so that concurrent
+    rollouts and the retries of one request each see their own count)."""
+    status: int = 500
+    """The status code of ``fail_first_n`` failures."""
+    rate_limit_first_n: int = Field(default=0, ge=0)
+    """The next n requests of each rollout id (after ``fail_first_n``) get 429 with ``Retry-After``."""
+    retry_after: float = Field(default=1.0, ge=0)
+    """Seconds sent in the 429's ``Retry-After`` header."""
+    hang: float = Field(default=0.0, ge=0)
+    """Seconds to stall every matching request before answering (a large value = hang until the
+    client gives up; the handler is cancelled when the client disconnects)."""
+    context_length_after_tokens: int | None = Field(default=None, ge=1)
+    """Answer vLLM's context-length 400 when the prompt has more fake tokens than this."""
+
+
+class FakeServerConfig(StrictModel):
+    host: str = "127.0.0.1"
+    """Interface to listen on."""
+    port: int = Field(default=0, ge=0, le=65535)
+    """TCP port; 0 picks a free one (read it from ``FakeServer.url``)."""
+    latency: float = Field(default=0.0, ge=0)
+    """Seconds every completion takes, like a model's generation time."""
+    policy: str | None = None
+    """A scripted policy's short name or dotted path (``echo`` when neither this nor ``outputs`` is set)."""
+    outputs: list[Output] | None = None
+    """Outputs replayed in order per rollout id, instead of a policy."""
+    dataset: str | None = None
+    """JSONL of tasks (rows carry ``task_id``), looked up by the request's metadata ``task_id``."""
+    model: str = "scripted"
+    """The model name served by ``/v1/models`` and echoed in responses."""
+    backlog: int = Field(default=8192, ge=1)
+    """Listen backlog: thousands of clients connect at once (the kernel may cap it at somaxconn)."""
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    """Faults at start; replace at runtime with ``POST /admin/faults``."""
+
+
+class FakeServer:
+    """One running fake server. Use ``start_fake_server`` / ``fake_server`` / ``serve_in_thread``."""
+
+    def __init__(self, config: FakeServerConfig, model: ScriptedModel | None = None):
+        self.config = config
+        self.faults = config.faults
+        tasks = {task.task_id: task for task in load_tasks(config.dataset)} if config.dataset else {}
+        self._owns_model = model is None
+        if model is None and config.policy is None and config.outputs is None:
+            from rollout.models.policies import echo
+
+            model = ScriptedModel(policy=echo, tasks=tasks, name=config.model)
+        self.model = model or ScriptedModel.from_config(
+            ScriptedModelConfig(outputs=config.outputs, policy=config.policy, name=config.model), tasks=tasks
+        )
+        self.url = self.root_url = ""
+        """``http://host:port/v1`` for clients; ``root_url`` (no /v1) for /health and /admin."""
+        self.requests = self.in_flight = self.max_in_flight = 0
+        self.by_status: Counter[int] = Counter()
+        self._seen: Counter[str] = Counter()  # requests per rollout id, for the first-n faults
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> "FakeServer":
+        raise_open_file_limit()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", _get(self._models))
+        app.router.add_get("/health", _get(lambda: {"status": "ok"}))
+        app.router.add_get("/admin/faults", _get(lambda: self.faults.model_dump()))
+        app.router.add_post("/admin/faults", self._set_faults)
+        app.router.add_get("/admin/stats", _get(self.stats_json))
+        app.router.add_delete("/admin/stats", _get(self.reset_stats))
+        # No access log (a line per request costs more than the request); cancel a handler when
+        # its client disconnects, so a hang fault does not outlive the client's timeout; and do
+        # not let stop() wait for hung requests.
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, backlog=self.config.backlog)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.root_url = f"http://{self.config.host}:{port}"
+        self.url = self.root_url + "/v1"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def set_faults(self, faults: FaultsConfig) -> None:
+        self.faults = faults
+        self._seen.clear()
+
+    def stats_json(self) -> dict[str, Any]:
+        by_status = {str(code): n for code, n in self.by_status.items()}
+        return {
+            "requests": self.requests,
+            "by_status": by_status,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+        }
+
+    def reset_stats(self) -> dict[str, Any]:
+        self.requests, self.max_in_flight = 0, self.in_flight
+        self.by_status.clear()
+        return self.stats_json()
+
+    def _models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": self.config.model, "object": "model", "created": 0, "owned_by": "rollout-farm"}],
+        }
+
+    async def _set_faults(self, request: web.Request) -> web.Response:
+        try:
+            self.set_faults(FaultsConfig.model_validate(await request.json()))
+        except (ValueError, ValidationError) as exc:
+            msg = str(config_error(exc, "faults")) if isinstance(exc, ValidationError) else "body is not JSON"
+            return web.json_response(_error(msg, 400), status=400)
+        return web.json_response(self.faults.model_dump())
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            status, payload, headers = await self._answer(request)
+        finally:
+            self.in_flight -= 1
+        self.by_status[status] += 1
+        return web.Response(body=json.dumps(payload), status=status, headers=headers, content_type="application/json")
+
+    async def _answer(self, request: web.Request) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+        try:
+            body = await request.json()
+            messages = body["messages"]
+        except (ValueError, KeyError, TypeError):
+            return 400, _error("body must be a JSON object with messages", 400), None
+        if body.get("stream"):
+            return 400, _error("the fake server does not stream", 400), None
+        meta = meta_from_request(body, request.headers.get("X-Rollout-Id", ""))
+        faults = self.faults
+        if meta.rollout_id.startswith(faults.match):
+            if faults.hang:
+                await asyncio.sleep(faults.hang)
+            if faults.fail_first_n or faults.rate_limit_first_n:  # count only then: a server must not grow
+                self._seen[meta.rollout_id] += 1
+                n = self._seen[meta.rollout_id]
+                if n <= faults.fail_first_n:
+                    return faults.status, _error(f"injected failure {n} of {faults.fail_first_n}", faults.status), None
+                if n <= faults.fail_first_n + faults.rate_limit_first_n:
+                    return 429, _error("injected rate limit", 429), {"Retry-After": f"{faults.retry_after:g}"}
+            limit = faults.context_length_after_tokens
+            if limit is not None and (n_prompt := len(fake_tokens.prompt_token_ids(messages))) > limit:
+                return 400, _error(context_length_error(limit, n_prompt, body.get("max_tokens") or 0), 400), None
+        if self.config.latency:
+            await asyncio.sleep(self.config.latency)
+        try:
+            response = await self.model.complete(messages, body.get("tools"), meta=meta)
+        except ContextLengthExceeded as exc:
+            return 400, _error(f"This model's maximum context length is exceeded: {exc}", 400), None
+        except ModelError as exc:
+            status = 500 if exc.retryable else 400
+            return status, _error(str(exc), status), None
+        except Exception as exc:  # noqa: BLE001 - a broken policy is the server's 500, counted like one
+            return 500, _error(f"policy failed: {type(exc).__name__}: {exc}", 500), None
+        finally:
+            if self._owns_model:  # it keeps every request's identity for tests; a server must not grow
+                self.model.requests.clear()
+        return 200, completion_json(response, body, f"chatcmpl-{next(self._ids)}", self.config.model), None
+
+
+def _get(produce: Callable[[], Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(_: web.Request) -> web.Response:
+        return web.json_response(produce())
+
+    return handler
+
+
+def _error(message: str, code: int) -> dict[str, Any]:
+    kind = "BadRequestError" if code < 500 else "InternalServerError"
+    return {"object": "error", "message": message, "type": kind, "param": None, "code": code}
+
+
+async def start_fake_server(config: FakeServerConfig | None = None, model: ScriptedModel | None = None) -> FakeServer:
+    """Start a server on the running loop; ``model`` replaces the one the config describes."""
+    return await FakeServer(config or FakeServerConfig(), model).start()
+
+
+@contextlib.asynccontextmanager
+async def fake_server(
+    config: FakeServerConfig | None = None, model: ScriptedModel | None = None
+) -> AsyncIterator[FakeServer]:
+    server = await start_fake_server(config, model)
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@contextlib.contextmanager
+def serve_in_thread(config: FakeServerConfig | None = None, model: ScriptedModel | None = None) -> Iterator[FakeServer]:
+    """A server on its own loop in a daemon thread, for sync code and tests that call asyncio.run."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-openai-server", daemon=True)
+    thread.start()
+    try:
+        server = asyncio.run_coroutine_threadsafe(start_fake_server(config, model), loop).result(timeout=30)
+        try:
+            yield server
+        finally:
+            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=30)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+
+
+def serve(config: FakeServerConfig | None = None) -> None:
+    """Run until interrupted (``rollout fake-server``); prints the URL first."""
+
+    async def main() -> None:
+        async with fake_server(config) as server:
+            print(f"fake OpenAI-compatible server at {server.url}", flush=True)
+            await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())

@@ -1,0 +1,225 @@
+"""OpenAIModel: an async aiohttp client for any OpenAI-compatible chat-completions endpoint.
+
+Built to hold thousands of requests in flight from one process: the connection pool is unbounded
+(``max_connections: 0``) and an ``asyncio.Semaphore`` of ``max_concurrency`` is the one bound,
+because a pool that queues waiters itself is where clients stall at high concurrency (httpx did
+at 16k in flight); a semaphore's queue costs O(1) per request.
+
+YAML: ``model: {type: openai, base_url: http://127.0.0.1:8000/v1, model: NAME, sampling:
+{temperature: 0.7}, return_token_ids: true, logprobs: true}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Mapping
+
+import aiohttp
+from pydantic import Field
+
+from rollout.config import StrictModel, validate
+from rollout.errors import ContextLengthExceeded, ModelError
+from rollout.models.openai_wire import (
+    is_context_length_error,
+    parse_response,
+    parse_retry_after,
+    raise_open_file_limit,
+    request_metadata,
+    snippet,
+)
+from rollout.protocols import ModelResponse
+from rollout.records import Message, RequestMeta
+
+CONTEXT_LENGTH_STATUSES = (400, 413, 422)
+RETRY_STATUSES = frozenset({408, 409, 425, 429})
+"""Retried like 5xx: timeouts, conflicts, too early, rate limits."""
+
+
+class OpenAIModelConfig(StrictModel):
+    type: str = "openai"
+    """Registry name (``rollout.registry.MODELS``)."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """The API root; requests go to ``{base_url}/chat/completions``."""
+    model: str = ""
+    """The served model name sent in every request."""
+    api_key: str | None = Field(default=None, repr=False)
+    """Bearer token; when unset it is read from the environment variable ``api_key_env``."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the key; an empty or missing key sends no Authorization header."""
+    timeout: float = Field(default=600.0, gt=0)
+    """Seconds per request attempt, connect to last byte."""
+    max_retries: int = Field(default=5, ge=0)
+    """Retries after the first attempt, on connection errors, timeouts, 408/409/425/429 and 5xx."""
+    backoff: float = Field(default=0.5, ge=0)
+    """First retry delay in seconds; doubles per retry, with jitter."""
+    max_backoff: float = Field(default=30.0, ge=0)
+    """Cap on one retry delay, a server's ``Retry-After`` included."""
+    max_concurrency: int = Field(default=16384, ge=1)
+    """Requests in flight at once from this process (per event loop); more wait in a queue."""
+    max_connections: int = Field(default=0, ge=0)
+    """aiohttp connection-pool limit; 0 = unlimited, leaving ``max_concurrency`` as the only bound."""
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    """Default sampling parameters (temperature, top_p, max_tokens, seed, stop, ...); per-call ones win."""
+    tool_choice: str | dict[str, Any] | None = None
+    """Sent with requests that carry tools ("auto", "required", or a named function)."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Merged into every request body last (engine-specific fields, e.g. ``chat_template_kwargs``)."""
+    extra_headers: dict[str, str] = Field(default_factory=dict)
+    """Added to every request."""
+    return_token_ids: bool = False
+    """Ask vLLM for ``prompt_token_ids`` and per-choice ``token_ids`` (``"return_token_ids": true``)."""
+    logprobs: bool = False
+    """Ask for the sampled tokens' logprobs (``choices[0].logprobs.content[i].logprob``)."""
+    send_metadata: bool = True
+    """Put the rollout identity into the body as ``metadata`` (string values). vLLM and SGLang ignore
+    it; turn it off for servers that reject unknown fields (hosted OpenAI refuses ``metadata`` unless
+    ``store`` is set). The ``X-Rollout-Id`` header is always sent."""
+
+
+@dataclass
+class _LoopState:
+    """What belongs to one event loop: the session, the in-flight bound, the session's closer."""
+
+    session: aiohttp.ClientSession
+    semaphore: asyncio.Semaphore
+    closer: AsyncIterator[None]
+
+
+class OpenAIModel:
+    """The ``Model`` seam over HTTP. Safe to share across all rollouts of a process."""
+
+    def __init__(self, config: OpenAIModelConfig | None = None, **fields: Any):
+        self.config = config or validate(OpenAIModelConfig, fields, "model")
+        self.url = self.config.base_url.rstrip("/") + "/chat/completions"
+        key = self.config.api_key if self.config.api_key is not None else os.environ.get(self.config.api_key_env, "")
+        self._headers = {"Content-Type": "application/json", **self.config.extra_headers}
+        if key:
+            self._headers["Authorization"] = f"Bearer {key}"
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopState] = {}
+
+    @classmethod
+    def from_config(cls, config: OpenAIModelConfig | Mapping[str, Any], **_: Any) -> "OpenAIModel":
+        # Keyword arguments the scripted model takes (tasks=) mean nothing here.
+        if not isinstance(config, OpenAIModelConfig):
+            config = validate(OpenAIModelConfig, dict(config), "model")
+        return cls(config)
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        meta: RequestMeta | None = None,
+        **sampling: Any,
+    ) -> ModelResponse:
+        data = await self._post(self.request_body(messages, tools, meta, sampling), self._request_headers(meta))
+        try:
+            return parse_response(data, self.config.model)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ModelError(f"POST {self.url}: malformed response ({exc!r}): {snippet(json.dumps(data))}") from None
+
+    def request_body(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None, meta: RequestMeta | None, sampling: dict
+    ) -> dict[str, Any]:
+        cfg = self.config
+        body: dict[str, Any] = {"model": cfg.model, "messages": messages}
+        body.update(cfg.sampling)
+        body.update(sampling)
+        if tools:
+            body["tools"] = tools
+            if cfg.tool_choice is not None:
+                body.setdefault("tool_choice", cfg.tool_choice)
+        if cfg.logprobs:
+            body["logprobs"] = True
+        if cfg.return_token_ids:
+            body["return_token_ids"] = True
+        if meta is not None and cfg.send_metadata:
+            body["metadata"] = request_metadata(meta)
+        body.update(cfg.extra_body)
+        # A None means "leave it to the server" (e.g. seed=None from a context without a seed).
+        return {k: v for k, v in body.items() if v is not None}
+
+    def _request_headers(self, meta: RequestMeta | None) -> dict[str, str]:
+        if meta is None or not meta.rollout_id:
+            return self._headers
+        return {**self._headers, "X-Rollout-Id": meta.rollout_id}
+
+    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
+        state = await self._state()
+        payload = json.dumps(body).encode()
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout)
+        attempts = self.config.max_retries + 1
+        last = ""
+        for attempt in range(attempts):
+            retry_after: float | None = None
+            try:
+                async with state.semaphore:  # noqa: SIM117 - the request starts only once a slot is free
+                    async with state.session.post(self.url, data=payload, headers=headers, timeout=timeout) as resp:
+                        status, raw = resp.status, await resp.read()
+                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            else:
+                text = raw.decode("utf-8", errors="replace")
+                if status == 200:
+                    try:
+                        return json.loads(text)
+                    except ValueError:
+                        last = f"HTTP 200 with a body that is not JSON: {snippet(text)}"
+                elif status in CONTEXT_LENGTH_STATUSES and is_context_length_error(text):
+                    raise ContextLengthExceeded(f"POST {self.url}: HTTP {status}: {snippet(text)}")
+                elif status in RETRY_STATUSES or status >= 500:
+                    last = f"HTTP {status}: {snippet(text)}"
+                else:
+                    raise ModelError(f"POST {self.url}: HTTP {status}: {snippet(text)}", retryable=False)
+            if attempt + 1 < attempts:
+                await asyncio.sleep(self._delay(attempt, retry_after))
+        raise ModelError(f"POST {self.url} failed after {attempts} attempt(s); last: {last}")
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        cfg = self.config
+        # Jitter spreads the retries of thousands of rollouts that failed together.
+        delay = min(cfg.max_backoff, cfg.backoff * 2**attempt) * random.uniform(0.5, 1.0)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, cfg.max_backoff))
+        return delay
+
+    async def _state(self) -> _LoopState:
+        """This loop's session, made on first use: aiohttp sessions belong to the loop they start on."""
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is None:
+            for old in [lp for lp in self._loops if lp.is_closed()]:
+                del self._loops[old]
+            raise_open_file_limit()
+            connector = aiohttp.TCPConnector(limit=self.config.max_connections, limit_per_host=0, ttl_dns_cache=300)
+            session = aiohttp.ClientSession(connector=connector)
+            state = _LoopState(session, asyncio.Semaphore(self.config.max_concurrency), _close_at_loop_end(session))
+            self._loops[loop] = state
+            # Started and parked at its yield: asyncio.run() finalises such generators while the
+            # loop still runs, which closes the session even when nobody calls aclose().
+            await state.closer.__anext__()
+        return state
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sessions belong to this process's event loops; a pickled copy (a Ray worker) makes its own.
+        return {**self.__dict__, "_loops": {}}
+
+    async def aclose(self) -> None:
+        """Close this event loop's session (other loops' sessions close when their loop ends)."""
+        state = self._loops.pop(asyncio.get_running_loop(), None)
+        if state is not None:
+            await state.session.close()
+            await state.closer.aclose()
+
+
+async def _close_at_loop_end(session: aiohttp.ClientSession) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        if not session.closed:
+            await session.close()

@@ -1,0 +1,35 @@
+"""Built-in scripted policies, usable by name (``policy: echo``) from a scripted model or the fake server."""
+
+from __future__ import annotations
+
+from rollout.models.scripted import Output, PolicyContext
+from rollout.records import Message
+
+SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+def _text(content: object) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def echo(messages: list[Message], ctx: PolicyContext) -> Output:
+    """Echo the last user or tool message as plain text: no tool calls, so a natural completion."""
+    last = next((m for m in reversed(messages) if m.get("role") in ("user", "tool")), None)
+    return "echo: " + (_text(last.get("content")) if last else "")
+
+
+def bash_echo(messages: list[Message], ctx: PolicyContext) -> Output:
+    """Mini-SWE style, three turns: ``echo step 1``, ``echo step 2``, then submit."""
+    turn = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+    if turn < 3:
+        return f"Turn {turn}.\n```bash\necho step {turn}\n```"
+    return f"Done.\n```bash\necho {SUBMIT_SENTINEL}\n```"
+
+
+def oracle(messages: list[Message], ctx: PolicyContext) -> Output:
+    """Answer with the task's ``data["answer"]`` (the task is looked up by the request's task id)."""
+    if ctx.task is None:
+        return f"unknown task {ctx.meta.task_id!r}"
+    return str(ctx.task.data.get("answer", ""))

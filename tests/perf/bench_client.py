@@ -1,0 +1,125 @@
+"""Client throughput: N concurrent multi-turn rollouts against the fake server, ours vs the openai SDK.
+
+Little's law: with every rollout in flight at once, the ideal wall time is turns x latency,
+whatever N is. The ratio to that ideal is the client's (and the machine's) overhead.
+
+    python tests/perf/bench_client.py --rollouts 2000 --turns 3 --latency 1
+
+A variant is an async context manager ``variant(url, args)`` yielding ``one_rollout(i)``;
+add one to ``VARIANTS`` to measure another path (e.g. a full agent loop through run_rollout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from typing import AsyncIterator, Awaitable, Callable
+
+from rollout.models.openai_client import OpenAIModel, OpenAIModelConfig
+from rollout.models.openai_wire import raise_open_file_limit
+from rollout.records import RequestMeta
+
+Rollout = Callable[[int], Awaitable[None]]
+
+
+def observation(turn: int) -> dict:
+    return {"role": "user", "content": f"<returncode>0</returncode>\n<output>step {turn}</output>"}
+
+
+@contextlib.asynccontextmanager
+async def ours(url: str, args: argparse.Namespace) -> AsyncIterator[Rollout]:
+    model = OpenAIModel(OpenAIModelConfig(base_url=url, model="scripted", timeout=120))
+
+    async def one_rollout(i: int) -> None:
+        meta = RequestMeta(rollout_id=f"bench-{i}", task_id=f"task-{i}")
+        messages = [{"role": "user", "content": f"task {i}: fix the bug"}]
+        for turn in range(1, args.turns + 1):
+            response = await model.complete(messages, meta=meta)
+            messages += [response.message, observation(turn)]
+
+    try:
+        yield one_rollout
+    finally:
+        await model.aclose()
+
+
+@contextlib.asynccontextmanager
+async def openai_sdk(url: str, args: argparse.Namespace) -> AsyncIterator[Rollout]:
+    from openai import AsyncOpenAI  # default httpx client and connection limits
+
+    client = AsyncOpenAI(base_url=url, api_key="unused", timeout=120)
+
+    async def one_rollout(i: int) -> None:
+        messages = [{"role": "user", "content": f"task {i}: fix the bug"}]
+        for turn in range(1, args.turns + 1):
+            response = await client.chat.completions.create(
+                model="scripted", messages=messages, extra_headers={"X-Rollout-Id": f"bench-{i}"}
+            )
+            messages += [response.choices[0].message.model_dump(exclude_none=True), observation(turn)]
+
+    try:
+        yield one_rollout
+    finally:
+        await client.close()
+
+
+VARIANTS: dict[str, Callable[[str, argparse.Namespace], contextlib.AbstractAsyncContextManager[Rollout]]] = {
+    "ours (aiohttp)": ours,
+    "openai SDK (httpx)": openai_sdk,
+}
+
+
+async def measure(variant, url: str, args: argparse.Namespace) -> tuple[float, int]:
+    """Wall seconds for all rollouts at once, and how many failed."""
+    async with variant(url, args) as one_rollout:
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(one_rollout(i) for i in range(args.rollouts)), return_exceptions=True)
+        wall = time.perf_counter() - t0
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        print(f"  {len(failed)} failed, e.g. {type(failed[0]).__name__}: {failed[0]}", file=sys.stderr)
+    return wall, len(failed)
+
+
+@contextlib.contextmanager
+def server_process(latency: float):
+    """The fake server in its own process, so it does not share a core with the client."""
+    code = (
+        "from rollout.models.fake_server import serve, FakeServerConfig; "
+        f"serve(FakeServerConfig(latency={latency!r}, policy='rollout.models.policies:bash_echo'))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip().rsplit(" ", 1)[-1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=2000)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--latency", type=float, default=1.0)
+    parser.add_argument("--only", choices=sorted(VARIANTS), action="append", help="run only these variants")
+    args = parser.parse_args(argv)
+    raise_open_file_limit()
+    ideal = args.turns * args.latency
+    rows = []
+    with server_process(args.latency) as url:
+        for name in args.only or VARIANTS:
+            wall, failed = asyncio.run(measure(VARIANTS[name], url, args))
+            rows.append((name, args.rollouts, args.turns, args.latency, wall, ideal, wall / ideal, failed))
+    header = ("client", "rollouts", "turns", "latency", "wall s", "ideal s", "ratio", "failed")
+    print(" | ".join(header))
+    for name, n, turns, latency, wall, ideal_s, ratio, failed in rows:
+        print(f"{name} | {n} | {turns} | {latency:g} | {wall:.2f} | {ideal_s:.2f} | {ratio:.2f} | {failed}")
+    return 1 if any(row[-1] for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
