@@ -73,9 +73,9 @@ def tool_reply(obs: Observation) -> Message:
 
 def format_error_replies(message: Message, feedback: str) -> list[Message]:
     """Every ``tool_calls[i].id`` must be answered before the next turn; otherwise a user message."""
-    calls = message.get("tool_calls") or []
+    calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     if calls:
-        return [{"role": "tool", "tool_call_id": c.get("id", ""), "content": feedback} for c in calls]
+        return [{"role": "tool", "tool_call_id": str(c.get("id", "")), "content": feedback} for c in calls]
     return [{"role": "user", "content": feedback}]
 
 

@@ -24,7 +24,8 @@ class NullRuntimeConfig(StrictModel):
     returncode: int = 0
     """Canned return code every command returns."""
     echo: bool = False
-    """Return the command itself (then the canned output), so a scripted agent sees something change."""
+    """Echo the command (then the canned output), so a scripted agent sees something change. A plain
+    ``echo WORDS`` gives ``WORDS`` as the shell would (no expansion), so scripted submissions work."""
     delay: float = Field(0.0, ge=0)
     """Seconds each command takes (an ``asyncio.sleep``), to model command latency in load tests."""
     workdir: str = "/workspace"
@@ -75,7 +76,7 @@ class NullRuntime:
                 )
             await asyncio.sleep(config.delay)
             self._check_open()
-        output = f"{command}\n{config.output}" if config.echo else config.output
+        output = f"{_echoed(command)}\n{config.output}" if config.echo else config.output
         # model_construct: the values are already typed, and validation would be most of the cost.
         return ExecResult.model_construct(
             output=output, returncode=config.returncode, timed_out=False, truncated=False, duration=config.delay
@@ -103,3 +104,9 @@ class NullRuntime:
         if self._state != _STARTED:
             closed = self._state == _CLOSED
             raise RuntimeFailure("NullRuntime is closed" if closed else "NullRuntime used before start()")
+
+
+def _echoed(command: str) -> str:
+    if command.startswith("echo ") and "\n" not in command and not any(c in command for c in "$`|;&><"):
+        return command[5:].strip()
+    return command

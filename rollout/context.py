@@ -50,7 +50,7 @@ class RolloutContext:
         started = time.time()
         t0 = time.perf_counter()
         response = await model.complete(self.trajectory.messages, tools, meta=self.meta, **self.sampling)
-        message = dict(response.message)
+        message = clean_text(dict(response.message))
         message.setdefault("role", "assistant")
         message.setdefault("content", None)
         step = Step(
@@ -102,3 +102,18 @@ class RolloutContext:
             model_seconds=step.model_seconds,
             env_seconds=step.env_seconds,
         )
+
+
+def clean_text(value: Any) -> Any:
+    """Lone surrogates (from a broken decoder) replaced, so every trajectory can be written as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {k: clean_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean_text(v) for v in value]
+    return value

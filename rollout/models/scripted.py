@@ -13,6 +13,7 @@ Usable from YAML::
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 from dataclasses import dataclass
@@ -124,8 +125,8 @@ class ScriptedModel:
         self.context_window = context_window
         self._cursor: dict[str, int] = {}
         self.calls = 0
-        self.requests: list[RequestMeta] = []
-        """The identity of every request received, in order (tests and affinity checks read it)."""
+        self.requests: collections.deque[RequestMeta] = collections.deque(maxlen=10_000)
+        """The identity of the latest requests, in order (tests and affinity checks read it)."""
 
     @classmethod
     def from_config(cls, config: ScriptedModelConfig, tasks: Mapping[str, Task] | None = None) -> "ScriptedModel":

@@ -185,4 +185,4 @@ def test_every_request_carries_the_rollout_identity():
     agent = ToolCallingAgent()
     meta = RequestMeta(rollout_id="run/t9/2/a1", task_id="t9", sample_index=2, attempt=1)
     asyncio.run(run_rollout(task, agent, model, ToolEnvironment(demo_tools()), meta=meta))
-    assert model.requests == [meta, meta]
+    assert list(model.requests) == [meta, meta]
