@@ -25,6 +25,8 @@ class ShellEnvironmentConfig(StrictModel):
     """Seconds each command may run before its process group is killed."""
     setup_commands: list[str] = Field(default_factory=list)
     """Commands run in ``cwd`` at reset, in order; any failure is an ``EnvironmentFailure``."""
+    setup_from_task: bool = False
+    """Also run the task's own ``data.setup`` (a command or a list of them) after ``setup_commands``."""
     setup_timeout: float | None = Field(None, gt=0)
     """Timeout of each setup command; none: ``command_timeout``."""
     env: dict[str, str] = Field(default_factory=dict)
@@ -58,7 +60,11 @@ class ShellEnvironment:
             await self.runtime.start()
             self._started = True
         timeout = self.config.setup_timeout or self.config.command_timeout
-        for command in self.config.setup_commands:
+        commands = list(self.config.setup_commands)
+        if self.config.setup_from_task:
+            own = task.data.get("setup") or []
+            commands += [own] if isinstance(own, str) else list(own)
+        for command in commands:
             result = await self._exec(command, timeout)
             if result.returncode != 0 or result.timed_out:
                 why = "timed out" if result.timed_out else f"exited with {result.returncode}"

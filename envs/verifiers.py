@@ -57,3 +57,17 @@ class AnswerMatchVerifier:
         else:
             ok = re.sub(r"\s+", " ", str(expected)).lower() in re.sub(r"\s+", " ", got).lower()
         return Reward(value=1.0 if ok else 0.0, details={"expected": expected, "got": got[-500:]})
+
+
+class EnvRewardVerifierConfig(StrictModel):
+    type: str = "env_reward"
+
+
+class EnvRewardVerifier:
+    """The reward is what the environment handed out along the way (a step environment's sum)."""
+
+    def __init__(self, config: EnvRewardVerifierConfig | None = None):
+        self.config = config or EnvRewardVerifierConfig()
+
+    async def verify(self, task: Task, result: RolloutResult) -> Reward:
+        return Reward(value=result.trajectory.env_reward, details={"source": "environment rewards"})

@@ -101,6 +101,7 @@ class RolloutContext:
             format_error=step.format_error is not None,
             model_seconds=step.model_seconds,
             env_seconds=step.env_seconds,
+            trajectory=self.trajectory,  # a reference, for observers that persist progress
         )
 
 

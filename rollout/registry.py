@@ -93,6 +93,7 @@ VERIFIERS = Registry(
     {
         "check_command": "envs.verifiers:CheckCommandVerifier",
         "answer_match": "envs.verifiers:AnswerMatchVerifier",
+        "env_reward": "envs.verifiers:EnvRewardVerifier",
     },
 )
 POLICIES = Registry(

@@ -74,6 +74,11 @@ async def run_rollout(
     return result
 
 
+def failure_result(task: Task, meta: RequestMeta, exc: BaseException) -> RolloutResult:
+    """The record of a rollout that failed before its loop could start (e.g. building its parts)."""
+    return _result(task, meta, RolloutContext(meta), exc)
+
+
 async def _run_agent(agent: Agent, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> BaseException:
     """Run the agent; return (not raise) whatever ended it."""
     limit = ctx.limits.time_limit

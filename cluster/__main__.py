@@ -1,0 +1,7 @@
+"""python -m cluster ...: the same as the rollout console script."""
+
+import sys
+
+from cluster.cli import main
+
+sys.exit(main())

@@ -1,0 +1,80 @@
+"""The ``rollout`` command: ``rollout run CONFIG... [key=value ...]`` and ``rollout fake-server``.
+
+Exit codes: 0 done; 2 bad config, dataset or a changed run (one line naming the field, before
+any work); 130 interrupted (re-run the same command to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from rollout.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rollout", description="Run LLM-agent rollouts and write resumable run directories.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a dataset through an agent; re-running resumes")
+    run.add_argument("items", nargs="+", metavar="CONFIG|key=value",
+                     help="config files (merged in order), then key.path=value overrides")
+    run.add_argument("--new-run", action="store_true",
+                     help="start over even if the stored run's config differs (old files are kept aside)")
+    run.add_argument("--retry-infra", action="store_true",
+                     help="run again the rollouts whose infrastructure failures used up their attempts")
+
+    fake = sub.add_parser("fake-server", help="serve scripted policies as an OpenAI-compatible endpoint")
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--port", type=int, default=8000)
+    fake.add_argument("--policy", default="echo", help="short name or dotted path of a scripted policy")
+    fake.add_argument("--latency", type=float, default=0.0, help="seconds per completion")
+    fake.add_argument("--dataset", default=None, help="JSONL tasks the policy may look up by task id")
+    fake.add_argument("--model", default="scripted", help="model name reported by the server")
+    return parser
+
+
+def split_items(items: list[str]) -> tuple[list[str], list[str]]:
+    paths = [i for i in items if "=" not in i]
+    overrides = [i for i in items if "=" in i]
+    if not paths:
+        raise ConfigError("give at least one config file", "CONFIG")
+    return paths, overrides
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cluster import job as jobs
+
+    paths, overrides = split_items(args.items)
+    job = jobs.prepare(paths, overrides, new_run=args.new_run, retry_infra=args.retry_infra)
+    try:
+        asyncio.run(jobs.execute(job))
+    except KeyboardInterrupt:
+        print(f"interrupted; finished rollouts are in {job.run_dir}; run the same command to resume",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def cmd_fake_server(args: argparse.Namespace) -> int:
+    from rollout.models.fake_server import FakeServerConfig, serve
+
+    serve(FakeServerConfig(host=args.host, port=args.port, policy=args.policy, latency=args.latency,
+                           dataset=args.dataset, model=args.model))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        return cmd_fake_server(args)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""A run job: config → validated parts → run directory → resumable execution → summary.
+
+``prepare`` does every check that can fail (config, dataset, components, stored run) before any
+rollout starts; ``execute`` runs what the plan says is left.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from cluster.compose import Composer
+from cluster.driver import Driver
+from cluster.local_backend import LocalBackend
+from cluster.run_config import RunConfig
+from rollout.config import load_config, validate
+from rollout.dataset import dataset_hash, load_tasks, select
+from rollout.manifest import build_manifest
+from rollout.records import RolloutResult, Task
+from rollout.resume import Plan
+from rollout.run_store import RunStore
+from rollout.summary import format_table, summarize
+
+
+@dataclass
+class Job:
+    config: RunConfig
+    raw: dict[str, Any]
+    run_id: str
+    run_dir: Path
+    dataset_path: Path
+    tasks: list[Task]
+    composer: Composer
+    store: RunStore
+    plan: Plan
+    out: TextIO = field(default=sys.stderr)
+
+
+def rollout_home() -> Path:
+    return Path(os.environ.get("ROLLOUT_HOME", "runs")).resolve()
+
+
+def resolve_run_dir(config: RunConfig, run_id: str) -> Path:
+    out = Path(config.output.dir or run_id).expanduser()
+    return out if out.is_absolute() else rollout_home() / out
+
+
+def prepare(
+    paths: list[str],
+    overrides: list[str] = (),
+    *,
+    new_run: bool = False,
+    retry_infra: bool = False,
+    out: TextIO = sys.stderr,
+) -> Job:
+    raw = load_config(paths, list(overrides))
+    config = validate(RunConfig, raw)
+    run_id = config.run_id or Path(paths[0]).stem
+    dataset_path = Path(config.dataset.path).expanduser()
+    if not dataset_path.is_absolute():
+        dataset_path = (Path(paths[0]).resolve().parent / dataset_path).resolve()
+    tasks = select(load_tasks(dataset_path), config.dataset.ids, config.dataset.pattern, config.dataset.slice)
+    composer = Composer(config, tasks)
+    run_dir = resolve_run_dir(config, run_id)
+    resolved = config.model_dump(mode="json")
+    resolved["dataset"]["path"] = str(dataset_path)
+    seeds = {"base": config.run.seed, "per_sample": "base + sample_index"}
+    store = RunStore(run_dir)
+    store.open(resolved, build_manifest(resolved, dataset_path, seeds), new_run=new_run)
+    plan = store.plan(tasks, config.run.samples, config.run.max_attempts, retry_infra)
+    return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out)
+
+
+async def execute(job: Job) -> dict[str, Any]:
+    """Run what is left of the job; write and return summary.json's content."""
+    say = lambda text: print(text, file=job.out, flush=True)  # noqa: E731
+    say(f"run directory: {job.run_dir}")
+    say(f"plan: {job.plan.describe()}")
+    server = None
+    finished: list[RolloutResult] = []
+    t0 = time.perf_counter()
+    try:
+        if job.plan.todo:
+            base_url = None
+            if job.config.fake_server is not None:
+                server = await start_demo_server(job)
+                base_url = server.url
+                say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
+            model = job.composer.build_model(base_url)
+            driver = Driver(
+                LocalBackend(job.composer, model), job.store, job.plan,
+                run_id=job.run_id, concurrency=job.config.run.concurrency, base_seed=job.config.run.seed,
+                progress_interval=job.config.run.progress_interval,
+                write_trajectories=job.config.output.trajectories, out=job.out,
+            )
+            try:
+                finished = await driver.run()
+            finally:
+                close = getattr(model, "aclose", None)
+                if close is not None:
+                    await close()
+        else:
+            say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
+    finally:
+        if server is not None:
+            await server.stop()
+        job.store.close()
+    wall = time.perf_counter() - t0
+    summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
+                        wall_seconds=wall, ran=len(finished))
+    summary["run_id"] = job.run_id
+    summary["run_dir"] = str(job.run_dir)
+    job.store.write_summary(summary)
+    print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
+    return summary
+
+
+async def start_demo_server(job: Job):
+    from rollout.models.fake_server import FakeServerConfig, start_fake_server
+
+    section = job.config.fake_server
+    return await start_fake_server(
+        FakeServerConfig(policy=section.policy, latency=section.latency, dataset=str(job.dataset_path))
+    )
+
+
+def _k_values(samples: int) -> tuple[int, ...]:
+    return tuple(sorted({1, samples})) if samples > 1 else (1,)
