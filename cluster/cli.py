@@ -45,9 +45,11 @@ def split_items(items: list[str]) -> tuple[list[str], list[str]]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cluster import job as jobs
+    from rollout.gc_tuning import tune_gc
 
     paths, overrides = split_items(args.items)
     job = jobs.prepare(paths, overrides, new_run=args.new_run, retry_infra=args.retry_infra)
+    tune_gc()
     try:
         asyncio.run(jobs.execute(job))
     except KeyboardInterrupt:

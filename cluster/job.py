@@ -123,9 +123,12 @@ async def start_demo_server(job: Job):
     from rollout.models.fake_server import FakeServerConfig, start_fake_server
 
     section = job.config.fake_server
-    return await start_fake_server(
-        FakeServerConfig(policy=section.policy, latency=section.latency, dataset=str(job.dataset_path))
+    config = validate(
+        FakeServerConfig,
+        {"policy": section.policy, "latency": section.latency, "dataset": str(job.dataset_path), "faults": section.faults},
+        prefix="fake_server",
     )
+    return await start_fake_server(config)
 
 
 def _k_values(samples: int) -> tuple[int, ...]:

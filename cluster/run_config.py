@@ -52,6 +52,8 @@ class FakeServerSection(StrictModel):
     """Scripted policy served (short name or dotted path)."""
     latency: float = Field(default=0.0, ge=0)
     """Seconds each completion takes."""
+    faults: dict[str, Any] = Field(default_factory=dict)
+    """Injected faults (``rollout.models.fake_server.FaultsConfig``): 500s, 429s, hangs, context limits."""
 
 
 class Profile(StrictModel):

@@ -249,6 +249,9 @@ def serve_in_thread(config: FakeServerConfig | None = None, model: ScriptedModel
 
 def serve(config: FakeServerConfig | None = None) -> None:
     """Run until interrupted (``rollout fake-server``); prints the URL first."""
+    from rollout.gc_tuning import tune_gc
+
+    tune_gc()
 
     async def main() -> None:
         async with fake_server(config) as server:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from functools import lru_cache
 from typing import Any
 
 VOCAB_SIZE = 50_000
@@ -20,12 +21,23 @@ def _h(piece: str) -> int:
 
 
 def token_ids(text: str) -> list[int]:
-    return [100 + _h(piece) % (VOCAB_SIZE - 100) for piece in _TOKEN.findall(text)]
+    return list(_token_ids(text))
+
+
+@lru_cache(maxsize=8192)
+def _token_ids(text: str) -> tuple[int, ...]:
+    # Cached: a conversation is re-sent every turn, and system/instance prompts repeat across rollouts.
+    return tuple(100 + _h(piece) % (VOCAB_SIZE - 100) for piece in _TOKEN.findall(text))
 
 
 def logprobs(text: str) -> list[float]:
     """One negative logprob per token in (-3, 0], derived from the token and its position."""
-    return [-round(((_h(f"{i}:{p}") % 3000) / 1000.0), 3) for i, p in enumerate(_TOKEN.findall(text))]
+    return list(_logprobs(text))
+
+
+@lru_cache(maxsize=8192)
+def _logprobs(text: str) -> tuple[float, ...]:
+    return tuple(-round(((_h(f"{i}:{p}") % 3000) / 1000.0), 3) for i, p in enumerate(_TOKEN.findall(text)))
 
 
 def render_message(message: dict[str, Any]) -> str:
@@ -45,5 +57,5 @@ def render_message(message: dict[str, Any]) -> str:
 def prompt_token_ids(messages: list[dict[str, Any]]) -> list[int]:
     out: list[int] = []
     for message in messages:
-        out.extend(token_ids(render_message(message)))
+        out.extend(_token_ids(render_message(message)))
     return out

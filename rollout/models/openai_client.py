@@ -19,6 +19,11 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
+
+try:  # optional: a faster JSON codec for the request/response hot path
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the standard library does the same, slower
+    _orjson = None
 from pydantic import Field
 
 from rollout.config import StrictModel, validate
@@ -87,6 +92,7 @@ class _LoopState:
     session: aiohttp.ClientSession
     semaphore: asyncio.Semaphore
     closer: AsyncIterator[None]
+    timeout: aiohttp.ClientTimeout
 
 
 class OpenAIModel:
@@ -150,8 +156,8 @@ class OpenAIModel:
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
         state = await self._state()
-        payload = json.dumps(body).encode()
-        timeout = aiohttp.ClientTimeout(total=self.config.timeout)
+        payload = _dumps(body)
+        timeout = state.timeout
         attempts = self.config.max_retries + 1
         last = ""
         for attempt in range(attempts):
@@ -164,12 +170,12 @@ class OpenAIModel:
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:
-                text = raw.decode("utf-8", errors="replace")
+                text = "" if status == 200 else raw.decode("utf-8", errors="replace")
                 if status == 200:
                     try:
-                        return json.loads(text)
+                        return _loads(raw)
                     except ValueError:
-                        last = f"HTTP 200 with a body that is not JSON: {snippet(text)}"
+                        last = f"HTTP 200 with a body that is not JSON: {snippet(raw.decode('utf-8', 'replace'))}"
                 elif status in CONTEXT_LENGTH_STATUSES and is_context_length_error(text):
                     raise ContextLengthExceeded(f"POST {self.url}: HTTP {status}: {snippet(text)}")
                 elif status in RETRY_STATUSES or status >= 500:
@@ -197,8 +203,11 @@ class OpenAIModel:
                 del self._loops[old]
             raise_open_file_limit()
             connector = aiohttp.TCPConnector(limit=self.config.max_connections, limit_per_host=0, ttl_dns_cache=300)
-            session = aiohttp.ClientSession(connector=connector)
-            state = _LoopState(session, asyncio.Semaphore(self.config.max_concurrency), _close_at_loop_end(session))
+            # No response decompression or default headers to compute: less work per request at 10k in flight.
+            session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                            skip_auto_headers=("User-Agent",))
+            state = _LoopState(session, asyncio.Semaphore(self.config.max_concurrency), _close_at_loop_end(session),
+                               aiohttp.ClientTimeout(total=self.config.timeout))
             self._loops[loop] = state
             # Started and parked at its yield: asyncio.run() finalises such generators while the
             # loop still runs, which closes the session even when nobody calls aclose().
@@ -215,6 +224,19 @@ class OpenAIModel:
         if state is not None:
             await state.session.close()
             await state.closer.aclose()
+
+
+def _dumps(body: Any) -> bytes:
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(body)
+        except TypeError:  # lone surrogates or exotic types: the standard library escapes them
+            pass
+    return json.dumps(body).encode()
+
+
+def _loads(raw: bytes) -> Any:
+    return _orjson.loads(raw) if _orjson is not None else json.loads(raw)
 
 
 async def _close_at_loop_end(session: aiohttp.ClientSession) -> AsyncIterator[None]:

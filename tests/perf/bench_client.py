@@ -19,6 +19,7 @@ import sys
 import time
 from typing import AsyncIterator, Awaitable, Callable
 
+from rollout.gc_tuning import tune_gc
 from rollout.models.openai_client import OpenAIModel, OpenAIModelConfig
 from rollout.models.openai_wire import raise_open_file_limit
 from rollout.records import RequestMeta
@@ -67,8 +68,58 @@ async def openai_sdk(url: str, args: argparse.Namespace) -> AsyncIterator[Rollou
         await client.close()
 
 
+@contextlib.asynccontextmanager
+async def agent_rollouts(url: str, args: argparse.Namespace) -> AsyncIterator[Rollout]:
+    """Whole rollouts: the Mini-SWE agent loop (parse, execute on the null runtime, observe) over our client."""
+    from agents.swe_agent import MiniSweAgent
+    from envs.null_runtime import NullRuntime, NullRuntimeConfig
+    from envs.shell_env import ShellEnvironment
+    from rollout.errors import ExitReason
+    from rollout.records import Task
+    from rollout.runner import run_rollout
+
+    model = OpenAIModel(OpenAIModelConfig(base_url=url, model="scripted", timeout=120))
+    agent = MiniSweAgent()
+
+    async def one_rollout(i: int) -> None:
+        task = Task(task_id=f"task-{i}", prompt="fix the bug")
+        env = ShellEnvironment(NullRuntime(NullRuntimeConfig(echo=True)))
+        meta = RequestMeta(rollout_id=f"bench-{i}", task_id=task.task_id)
+        result = await run_rollout(task, agent, model, env, meta=meta)
+        if result.exit_reason != ExitReason.SUBMITTED or len(result.trajectory.steps) != args.turns:
+            raise RuntimeError(f"rollout {i} ended {result.exit_reason} after {len(result.trajectory.steps)} steps")
+
+    try:
+        yield one_rollout
+    finally:
+        await model.aclose()
+
+
+@contextlib.asynccontextmanager
+async def bare_aiohttp(url: str, args: argparse.Namespace) -> AsyncIterator[Rollout]:
+    """The floor: the same requests with a bare aiohttp session and none of our code."""
+    import aiohttp
+
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+    async def one_rollout(i: int) -> None:
+        messages = [{"role": "user", "content": f"task {i}: fix the bug"}]
+        for turn in range(1, args.turns + 1):
+            body = {"model": "scripted", "messages": messages}
+            async with session.post(f"{url}/chat/completions", json=body, headers={"X-Rollout-Id": f"bench-{i}"}) as r:
+                data = await r.json()
+            messages += [data["choices"][0]["message"], observation(turn)]
+
+    try:
+        yield one_rollout
+    finally:
+        await session.close()
+
+
 VARIANTS: dict[str, Callable[[str, argparse.Namespace], contextlib.AbstractAsyncContextManager[Rollout]]] = {
+    "bare aiohttp (no project code)": bare_aiohttp,
     "ours (aiohttp)": ours,
+    "ours, full agent rollouts": agent_rollouts,
     "openai SDK (httpx)": openai_sdk,
 }
 
@@ -106,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--only", choices=sorted(VARIANTS), action="append", help="run only these variants")
+    parser.add_argument("--default-gc", action="store_true", help="keep CPython's default GC thresholds")
     args = parser.parse_args(argv)
     raise_open_file_limit()
+    if not args.default_gc:
+        tune_gc()  # as `rollout run` does; the fake server process tunes its own
     ideal = args.turns * args.latency
     rows = []
     with server_process(args.latency) as url:

@@ -1,0 +1,104 @@
+"""`rollout run` end to end, in subprocesses: the demo, resume, SIGKILL, config errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "configs" / "local_demo.yaml"
+DEMO_ROLLOUTS = 16  # 8 tasks x 2 samples
+
+
+def rollout(home, *args, timeout=180):
+    env = {**os.environ, "ROLLOUT_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "cluster", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def lines(run_dir):
+    path = run_dir / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_demo_runs_every_agent_and_a_second_run_does_nothing(tmp_path):
+    first = rollout(tmp_path, "run", str(DEMO))
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "local_demo"
+    assert f"run directory: {run_dir}" in first.stderr
+    results = lines(run_dir)
+    assert len(results) == DEMO_ROLLOUTS
+    assert {(r["task_id"], r["sample_index"]) for r in results} == {
+        (t, s) for t in {r["task_id"] for r in results} for s in (0, 1)}
+    for r in results:
+        assert r["status"] == "completed" and r["exit_reason"] and r["reward"] is not None
+    by_reason = Counter(r["exit_reason"] for r in results)
+    assert by_reason == {"submitted": 6, "natural_completion": 6, "environment_done": 4}  # all three agents ran
+    shell = [r for r in results if r["task_id"].startswith("shell-")]
+    assert all(r["reward"] == 1.0 for r in shell)  # graded by the check command in the workspace
+    assert all(r["reward"] == 1.0 for r in results if r["task_id"].startswith("tools-"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rollouts"] == {"total": DEMO_ROLLOUTS, "completed": DEMO_ROLLOUTS, "infra_failed": 0}
+    assert summary["reward_mean"] > 0.9 and summary["exit_reasons"] == dict(by_reason)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["dataset"]["hash"] and manifest["config_hash"]
+    # token data from the HTTP server reached the trajectories
+    traj = json.loads((run_dir / results[0]["trajectory_path"]).read_text())
+    assert traj["final"] and traj["trajectory"]["steps"][0]["completion_token_ids"]
+
+    second = rollout(tmp_path, "run", str(DEMO))
+    assert second.returncode == 0, second.stderr
+    assert "already done" in second.stderr
+    assert len(lines(run_dir)) == DEMO_ROLLOUTS
+
+
+def test_sigkill_half_way_then_resume_gives_exactly_one_line_per_rollout(tmp_path):
+    env = {**os.environ, "ROLLOUT_HOME": str(tmp_path)}
+    args = [sys.executable, "-m", "cluster", "run", str(DEMO), "fake_server.latency=0.3", "run.concurrency=2"]
+    proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = tmp_path / "local_demo"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(lines(run_dir)) < 4:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    killed_at = len(lines(run_dir))
+    assert 4 <= killed_at < DEMO_ROLLOUTS, "the kill should land half way"
+
+    again = rollout(tmp_path, "run", str(DEMO), "fake_server.latency=0.3", "run.concurrency=4")
+    assert again.returncode == 0, again.stderr
+    keys = Counter((r["task_id"], r["sample_index"]) for r in lines(run_dir))
+    assert len(keys) == DEMO_ROLLOUTS and set(keys.values()) == {1}
+
+
+def test_bad_config_exits_2_with_one_line_before_any_work(tmp_path):
+    for override, field in [("agent.max_stepz=3", "agent.max_stepz"), ("run.concurrency=many", "run.concurrency"),
+                            ("environment.command_timeout=-1", "environment.command_timeout"),
+                            ("profiles.tools.agent.type=nope", "profiles.tools.agent.type")]:
+        out = rollout(tmp_path, "run", str(DEMO), override)
+        assert out.returncode == 2, (override, out.stderr)
+        assert out.stderr.count("\n") == 1 and field in out.stderr, out.stderr
+    assert not (tmp_path / "local_demo").exists()  # nothing was started or written
+
+
+def test_bad_dataset_row_names_its_line(tmp_path):
+    data = tmp_path / "tasks.jsonl"
+    data.write_text('{"task_id": "a", "prompt": "x"}\n{"task_id": "b", "prompt": \n')
+    config = tmp_path / "c.yaml"
+    config.write_text(DEMO.read_text().replace("data/local_demo.jsonl", str(data)))
+    out = rollout(tmp_path, "run", str(config))
+    assert out.returncode == 2
+    assert "line 2" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_changed_config_is_refused_unless_new_run(tmp_path):
+    assert rollout(tmp_path, "run", str(DEMO), "dataset.slice=0:1").returncode == 0
+    changed = rollout(tmp_path, "run", str(DEMO), "dataset.slice=0:1", "agent.max_steps=5")
+    assert changed.returncode == 2 and "agent.max_steps" in changed.stderr
+    fresh = rollout(tmp_path, "run", str(DEMO), "dataset.slice=0:1", "agent.max_steps=5", "--new-run")
+    assert fresh.returncode == 0, fresh.stderr
+    assert list((tmp_path / "local_demo").glob("previous-*/results.jsonl"))
