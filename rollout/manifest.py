@@ -43,8 +43,12 @@ NON_RESULT_KEYS: tuple[str, ...] = (
     "dataset.ids",
     "dataset.pattern",
     "dataset.slice",
-    # Speed of the test-double model server, not what it answers.
+    # Speed and injected faults of the test-double model server, not what it answers.
     "fake_server.latency",
+    "fake_server.faults",
+    "model.backoff",
+    "model.max_backoff",
+    "model.max_concurrency",
     # Anywhere in the tree: parallelism and chattiness.
     "*concurrency*",
     "*progress*",

@@ -67,3 +67,9 @@ def test_registry_short_names_and_dotted_paths():
     assert "agent.type" in str(err.value) and "tool_calling" in str(err.value)
     with pytest.raises(ConfigError, match="cannot import"):
         AGENTS.load("nowhere.module:Thing", field="agent.type")
+
+
+def test_colon_numbers_stay_strings_not_sexagesimal(tmp_path):
+    # YAML 1.1 would read 3:5 as 185; a dataset slice must stay "3:5"
+    data = load_config([write(tmp_path, "s.yaml", "slice: 3:5\nn: 1e3\n")], ["other=10:20"])
+    assert data == {"slice": "3:5", "n": 1000.0, "other": "10:20"}

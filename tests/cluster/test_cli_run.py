@@ -102,3 +102,29 @@ def test_changed_config_is_refused_unless_new_run(tmp_path):
     fresh = rollout(tmp_path, "run", str(DEMO), "dataset.slice=0:1", "agent.max_steps=5", "--new-run")
     assert fresh.returncode == 0, fresh.stderr
     assert list((tmp_path / "local_demo").glob("previous-*/results.jsonl"))
+
+
+def test_infrastructure_failures_are_retried_then_final_then_retried_on_request(tmp_path):
+    base = [str(DEMO), "dataset.slice=3:5", "run.samples=1", "model.max_retries=0"]
+    # every rollout's first request gets a 500: attempt 1 is an infrastructure failure, attempt 2 succeeds
+    out = rollout(tmp_path / "a", "run", *base, "fake_server.faults.fail_first_n=1")
+    assert out.returncode == 0, out.stderr
+    results = lines(tmp_path / "a" / "local_demo")
+    assert [(r["attempt"], r["status"], r["exit_reason"]) for r in results if r["task_id"] == "tools-course-topic"] == [
+        (1, "infra_failed", "model_error"), (2, "completed", "natural_completion")]
+    final = [r for r in results if r["attempt"] == 2]
+    assert len(final) == 2 and all(len(r["attempts"]) == 2 and r["reward"] == 1.0 for r in final)
+    assert all(r["reward"] is None for r in results if r["status"] == "infra_failed")
+
+    # one attempt only: the failures are final, kept out of the reward mean, and a re-run leaves them
+    home = tmp_path / "b"
+    out = rollout(home, "run", *base, "run.max_attempts=1", "fake_server.faults.fail_first_n=5")
+    summary = json.loads((home / "local_demo" / "summary.json").read_text())
+    assert summary["rollouts"]["infra_failed"] == 2 and summary["reward_mean"] is None
+    again = rollout(home, "run", *base, "run.max_attempts=1")
+    assert "already done" in again.stderr and len(lines(home / "local_demo")) == 2
+    # --retry-infra queues them again, as attempt 2
+    retried = rollout(home, "run", *base, "run.max_attempts=1", "--retry-infra")
+    assert retried.returncode == 0, retried.stderr
+    latest = {r["task_id"]: r for r in lines(home / "local_demo")}
+    assert {(r["attempt"], r["status"]) for r in latest.values()} == {(2, "completed")}
