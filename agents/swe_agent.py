@@ -11,11 +11,13 @@ from typing import Any
 
 from agents import swe_prompts
 from agents.tool_agent import execute
+from pydantic import Field
+
+from agents.parsers import load_parser
 from rollout.context import RolloutContext
 from rollout.errors import FormatError, Submitted
 from rollout.protocols import ActionParser, Environment, Model
 from rollout.records import Observation, Task
-from rollout.registry import PARSERS
 from rollout.termination import Limits
 
 
@@ -31,6 +33,8 @@ class MiniSweAgentConfig(Limits):
     submit_command: str = f"echo {swe_prompts.SUBMIT_SENTINEL} && git add -A && git diff --cached"
     """Shown to the model as the example of how to submit."""
     parser: str = "bash_block"
+    parser_options: dict[str, Any] = Field(default_factory=dict)
+    """Options of the parser (e.g. ``{max_actions: 1}``)."""
     command_timeout: float | None = None
     """Shown to the model on a timeout; the environment enforces its own."""
 
@@ -38,7 +42,7 @@ class MiniSweAgentConfig(Limits):
 class MiniSweAgent:
     def __init__(self, config: MiniSweAgentConfig | None = None, parser: ActionParser | None = None):
         self.config = config or MiniSweAgentConfig()
-        self.parser = parser or PARSERS.load(self.config.parser, field="agent.parser")()
+        self.parser = parser or load_parser(self.config.parser, self.config.parser_options)
 
     def limits(self) -> Limits:
         return Limits(**{k: getattr(self.config, k) for k in Limits.model_fields})

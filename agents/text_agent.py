@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from agents.parsers import load_parser
 from rollout.context import RolloutContext
 from rollout.errors import EnvironmentDone, FormatError, NaturalCompletion, TaskOutcome
 from rollout.protocols import ActionParser, Environment, Model, ModelResponse
 from rollout.records import Action, EpisodeSummary, ExitReason, Message, Step, Task
-from rollout.registry import PARSERS
 from rollout.termination import Limits
 
 DEFAULT_SYSTEM_PROMPT = """You solve the task by calling tools, one or more per turn.
@@ -35,6 +35,8 @@ class TextActionAgentConfig(Limits):
     type: str = "text_action"
     parser: str = "json"
     """Short name or dotted path of the parser that reads actions out of the reply text."""
+    parser_options: dict[str, Any] = Field(default_factory=dict)
+    """Options of the parser (e.g. ``{max_actions: 1}``)."""
     system_prompt: str | None = None
     """``{tools}`` and ``{format}`` are filled in; default: a short description of both."""
     observation_prefix: str = "Observation: "
@@ -60,7 +62,7 @@ class Turn(BaseModel):
 class TextActionAgent:
     def __init__(self, config: TextActionAgentConfig | None = None, parser: ActionParser | None = None):
         self.config = config or TextActionAgentConfig()
-        self.parser = parser or PARSERS.load(self.config.parser, field="agent.parser")()
+        self.parser = parser or load_parser(self.config.parser, self.config.parser_options)
 
     def limits(self) -> Limits:
         return Limits(**{k: getattr(self.config, k) for k in Limits.model_fields})

@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pydantic import Field
+
+from agents.parsers import load_parser
 from rollout.context import RolloutContext
 from rollout.errors import EnvironmentDone, FormatError, NaturalCompletion
 from rollout.protocols import ActionParser, Environment, Model
 from rollout.records import Message, Observation, Step, Task
-from rollout.registry import PARSERS
 from rollout.termination import Limits
 
 
@@ -24,12 +26,14 @@ class ToolCallingAgentConfig(Limits):
     """Prepended as a system message unless the task brings its own ``messages``."""
     parser: str = "openai_tools"
     """How tool calls are read from a reply (short name or dotted path)."""
+    parser_options: dict[str, Any] = Field(default_factory=dict)
+    """Options of the parser (e.g. ``{max_actions: 1}``)."""
 
 
 class ToolCallingAgent:
     def __init__(self, config: ToolCallingAgentConfig | None = None, parser: ActionParser | None = None):
         self.config = config or ToolCallingAgentConfig()
-        self.parser = parser or PARSERS.load(self.config.parser, field="agent.parser")()
+        self.parser = parser or load_parser(self.config.parser, self.config.parser_options)
 
     def limits(self) -> Limits:
         return Limits(**{k: getattr(self.config, k) for k in Limits.model_fields})

@@ -18,3 +18,15 @@ __all__ = [
     "ReActConfig",
     "ReActParser",
 ]
+
+
+def load_parser(name: str, options: dict | None = None, field: str = "agent.parser"):
+    """The parser a config names (short name or dotted path), built with its options."""
+    from rollout.errors import ConfigError
+    from rollout.registry import PARSERS
+
+    cls = PARSERS.load(name, field=field)
+    try:
+        return cls(**(options or {}))
+    except ConfigError as exc:
+        raise ConfigError(exc.message, f"{field}_options.{exc.field.split('.', 1)[-1]}") from None
