@@ -128,3 +128,21 @@ def test_infrastructure_failures_are_retried_then_final_then_retried_on_request(
     assert retried.returncode == 0, retried.stderr
     latest = {r["task_id"]: r for r in lines(home / "local_demo")}
     assert {(r["attempt"], r["status"]) for r in latest.values()} == {(2, "completed")}
+
+
+def test_fake_server_command_serves_scripted_policies(tmp_path):
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "cluster", "fake-server", "--port", "0", "--policy", "echo"],
+                            cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip().rsplit(" ", 1)[-1]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        body = json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "hi there"}]}).encode()
+        request = urllib.request.Request(f"{url}/chat/completions", data=body, headers={"Content-Type": "application/json"})
+        reply = json.loads(urllib.request.urlopen(request, timeout=30).read())
+        assert "hi there" in reply["choices"][0]["message"]["content"]
+        assert reply["usage"]["prompt_tokens"] > 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
