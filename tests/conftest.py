@@ -1,0 +1,71 @@
+"""Session-wide fixtures: container engines (skip on a laptop without them, fail in CI), the base
+image, and the check that no labelled container outlives the test session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+BASE_IMAGE = "rollout-farm/base:bookworm"
+LABEL = "rollout-farm.run"
+
+
+def _required(var: str) -> bool:
+    return os.environ.get(var, "") not in ("", "0", "false", "no")
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def docker_available() -> bool:
+    """True when a docker daemon answers. Without one: skip, or fail if ROLLOUT_REQUIRE_DOCKER=1 (CI)."""
+    if _docker_answers():
+        return True
+    if _required("ROLLOUT_REQUIRE_DOCKER"):
+        pytest.fail("ROLLOUT_REQUIRE_DOCKER is set but no docker daemon answers `docker info`")
+    pytest.skip("no docker daemon (set ROLLOUT_REQUIRE_DOCKER=1 to make this an error)")
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_available) -> str:
+    """The project's base image (built by `rollout images base`, which .ci/run calls)."""
+    if subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True).returncode != 0:
+        message = f"base image {BASE_IMAGE} is missing: run `rollout images base`"
+        if _required("ROLLOUT_REQUIRE_DOCKER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return BASE_IMAGE
+
+
+@pytest.fixture(scope="session")
+def podman_available() -> bool:
+    if shutil.which("podman") is not None:
+        return True
+    if _required("ROLLOUT_REQUIRE_PODMAN"):
+        pytest.fail("ROLLOUT_REQUIRE_PODMAN is set but podman is not installed")
+    pytest.skip("podman is not installed (set ROLLOUT_REQUIRE_PODMAN=1 to make this an error)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_labelled_containers_left():
+    """After the session, no container labelled rollout-farm.run may remain (they are removed, and
+    the session errors, so a leak is seen and never piles up)."""
+    yield
+    leaks = []
+    for engine in ("docker", "podman"):
+        if shutil.which(engine) is None:
+            continue
+        out = subprocess.run([engine, "ps", "-aq", "--filter", f"label={LABEL}"], capture_output=True, text=True)
+        ids = out.stdout.split() if out.returncode == 0 else []
+        if ids:
+            subprocess.run([engine, "rm", "-f", *ids], capture_output=True)
+            leaks.append(f"{engine}: {len(ids)}")
+    if leaks:
+        pytest.fail(f"containers labelled {LABEL} left after the tests: {', '.join(leaks)}")
