@@ -65,7 +65,7 @@ class TextActionAgent:
         self.parser = parser or load_parser(self.config.parser, self.config.parser_options)
 
     def limits(self) -> Limits:
-        return Limits(**{k: getattr(self.config, k) for k in Limits.model_fields})
+        return Limits.of(self.config)
 
     def session(self, env: Environment, ctx: RolloutContext | None = None) -> "TextActionSession":
         return TextActionSession(self, env, ctx or RolloutContext(limits=self.limits()))

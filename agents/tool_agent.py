@@ -36,7 +36,7 @@ class ToolCallingAgent:
         self.parser = parser or load_parser(self.config.parser, self.config.parser_options)
 
     def limits(self) -> Limits:
-        return Limits(**{k: getattr(self.config, k) for k in Limits.model_fields})
+        return Limits.of(self.config)
 
     async def run(self, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> None:
         reset = await env.reset(task)

@@ -18,7 +18,7 @@ from cluster.run_config import RunConfig
 from rollout.config import deep_merge, validate
 from rollout.errors import ConfigError
 from rollout.protocols import Agent, Environment, Model, Verifier
-from rollout.records import Task
+from rollout.records import RequestMeta, Task
 from rollout.registry import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, Registry
 from rollout.termination import Limits
 
@@ -119,9 +119,9 @@ class Composer:
             config = config.model_copy(update={"base_url": base_url})
         return build(Component(comp.cls, config), tasks=self.tasks)
 
-    def parts(self, task: Task) -> RolloutParts:
+    def parts(self, task: Task, meta: RequestMeta | None = None) -> RolloutParts:
         profile = self.profiles[task.data.get("profile")]
-        env = self._environment(profile)
+        env = self._environment(profile, meta or RequestMeta(task_id=task.task_id))
         verifier = None
         if profile.verifier is not None:
             verifier = build(profile.verifier, env=env)
@@ -129,8 +129,10 @@ class Composer:
             verifier = env
         return RolloutParts(profile.agent, env, verifier, profile.limits)
 
-    def _environment(self, profile: Profile) -> Environment:
+    def _environment(self, profile: Profile, meta: RequestMeta) -> Environment:
         runtime = None
         if profile.runtime is not None:
-            runtime = build(profile.runtime, trusted_model=self.trusted_model)
+            # run and rollout ids label containers, so a reaper can find what a crash left behind
+            runtime = build(profile.runtime, trusted_model=self.trusted_model, run_id=meta.run_id,
+                            rollout_id=meta.rollout_id)
         return build(profile.environment, runtime=runtime)

@@ -16,7 +16,7 @@ class LocalBackend:
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         try:
-            parts = self.composer.parts(task)
+            parts = self.composer.parts(task, meta)
         except Exception as exc:  # noqa: BLE001 - one rollout's broken parts never stop the others
             return failure_result(task, meta, exc)
         return await run_rollout(

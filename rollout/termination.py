@@ -41,6 +41,11 @@ class Limits(BaseModel):
     on_all_tools_failed: Literal["continue", "stop"] = "continue"
     """What to do when every tool call of a round failed."""
 
+    @classmethod
+    def of(cls, config: BaseModel) -> "Limits":
+        """The limits part of an agent config that extends Limits."""
+        return cls(**{name: getattr(config, name) for name in cls.model_fields})
+
 
 class Termination:
     """Tracks one rollout against its limits."""
