@@ -1,4 +1,5 @@
-"""The ``rollout`` command: ``rollout run CONFIG... [key=value ...]`` and ``rollout fake-server``.
+"""The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout images base|build``,
+``rollout gc`` and ``rollout fake-server``.
 
 Exit codes: 0 done; 2 bad config, dataset or a changed run (one line naming the field, before
 any work); 130 interrupted (re-run the same command to resume).
@@ -24,6 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start over even if the stored run's config differs (old files are kept aside)")
     run.add_argument("--retry-infra", action="store_true",
                      help="run again the rollouts whose infrastructure failures used up their attempts")
+
+    images = sub.add_parser("images", help="build container images offline: the base image, per-instance images",
+                            add_help=False)
+    images.add_argument("rest", nargs=argparse.REMAINDER, help="base [--tag T] [--force] | build DATASET [...]")
 
     fake = sub.add_parser("fake-server", help="serve scripted policies as an OpenAI-compatible endpoint")
     fake.add_argument("--host", default="127.0.0.1")
@@ -68,6 +73,11 @@ def cmd_fake_server(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["images"]:  # its own argument parser, options included
+        from cluster import images_cli
+
+        return images_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":

@@ -86,6 +86,8 @@ RUNTIMES = Registry(
     {
         "null": "envs.null_runtime:NullRuntime",
         "local": "envs.local_runtime:LocalRuntime",
+        "docker": "envs.docker_runtime:DockerRuntime",
+        "apptainer": "envs.apptainer_runtime:ApptainerRuntime",
     },
 )
 VERIFIERS = Registry(

@@ -1,0 +1,80 @@
+"""``rollout images base`` and ``rollout images build DATASET``: build the images rollouts run in, offline.
+
+Exit codes: 0 done; 1 an image could not be built (each failure named); 2 bad arguments or dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rollout.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from envs.images import DEFAULT_BASE_IMAGE, DEFAULT_MIRROR
+
+    parser = argparse.ArgumentParser(prog="rollout images", description="Build container images without a registry.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    base = sub.add_parser("base", help="the base image: Debian + python3, pytest and git, from debootstrap (root)")
+    base.add_argument("--tag", default=DEFAULT_BASE_IMAGE, help=f"image tag (default {DEFAULT_BASE_IMAGE})")
+    base.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+    base.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror to bootstrap from")
+    base.add_argument("--suite", default="bookworm", help="Debian suite")
+    base.add_argument("--workdir", default=None, help="where the temporary rootfs goes (default: the temp dir)")
+
+    build = sub.add_parser("build", help="an image per dataset row with repo_path: the repo at base_commit in /testbed")
+    build.add_argument("dataset", help="JSONL or JSON dataset; repo_path is relative to this file")
+    build.add_argument("--base", default=DEFAULT_BASE_IMAGE, help="image to build FROM (built first if it is the "
+                       "default and missing)")
+    build.add_argument("--parallel", type=int, default=2, help="builds at a time")
+    build.add_argument("--force", action="store_true", help="rebuild images that exist, without the build cache")
+    build.add_argument("--network", action="store_true", help="let install_cmd reach the network during the build")
+    return parser
+
+
+def cmd_base(args: argparse.Namespace) -> int:
+    from envs.images import build_base_image
+
+    build_base_image(args.tag, mirror=args.mirror, suite=args.suite, force=args.force, workdir=args.workdir)
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from envs.images import ensure_image
+    from envs.instance_images import build_instance_images
+    from rollout.dataset import load_tasks
+
+    if args.parallel < 1:
+        raise ConfigError(f"must be at least 1, got {args.parallel}", "--parallel")
+    load_tasks(args.dataset)  # a bad dataset is exit 2, before a minute goes into the base image
+    ensure_image(args.base)
+    report = build_instance_images(args.dataset, base=args.base, parallelism=args.parallel, force=args.force,
+                                   network=args.network)
+    print(f"built {len(report.built)}, skipped {len(report.skipped)} (present), failed {len(report.failed)}"
+          + (f"; {len(report.ignored)} rows name their own image or have no repo_path" if report.ignored else ""))
+    for ident, error in report.failed:
+        print(f"failed: {ident}: {error}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and on bad arguments (2); return the code instead
+        return int(exc.code or 0)
+    from envs.images import ImageError
+
+    try:
+        return cmd_base(args) if args.command == "base" else cmd_build(args)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except ImageError as exc:
+        print(f"image error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

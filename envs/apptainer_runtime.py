@@ -1,0 +1,475 @@
+"""ApptainerRuntime: one apptainer/singularity instance per rollout, driven through its CLI, a host directory bound in."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import hashlib
+import os
+import posixpath
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from envs.output import CappedOutput
+from rollout.config import StrictModel, validate
+from rollout.errors import ContainerStartError, RuntimeFailure
+from rollout.protocols import ExecResult
+
+INSTALL_HINT = "install apptainer (https://apptainer.org) or singularity, or use runtime.type: docker/local"
+REFERENCE_PREFIXES = ("docker-daemon:", "docker-archive:", "docker://", "oras://", "library://")
+"""Images given this way are converted once into a .sif in the cache; anything else is a local image path."""
+_CONTROL_CAP = 1 << 20
+"""Output kept from start/stop/build commands (only their tail is ever shown)."""
+_REAP_GRACE = 5.0
+"""Seconds to wait for a SIGKILLed process group to be reaped."""
+_DRAIN_GRACE = 1.0
+"""Seconds to keep reading once the CLI exited: a background job in the container may hold the pipe open."""
+_TAIL = 2000
+
+
+class ApptainerRuntimeConfig(StrictModel):
+    type: str = "apptainer"
+    """Registry short name of this runtime."""
+    binary: str | None = None
+    """The CLI to drive (a name on PATH or a path); none: the first of apptainer, singularity on PATH."""
+    image: str = "docker-daemon:rollout-farm/base:bookworm"
+    """A local image (.sif or sandbox directory), or a reference (``docker-daemon:<ref>``, ``docker://<ref>``,
+    ...) converted once into ``cache_dir``; delete the cached .sif to pick up a rebuilt docker image."""
+    cache_dir: str | None = None
+    """Where converted images live; none: ``$ROLLOUT_HOME/.apptainer-cache``, else the XDG cache directory."""
+    workdir: str = "/workspace"
+    """Where commands run by default, in the container; relative ``cwd`` and file paths are relative to it."""
+    workspace_mount: str | None = None
+    """Where the per-rollout host directory is bound in the container; none: at ``workdir``. Set it elsewhere
+    when ``workdir`` is a directory the image provides (``/testbed``), which a bind would hide."""
+    workspace_root: str | None = None
+    """Parent directory of the per-rollout host directories; none: the system temp directory."""
+    keep_workspace: bool = False
+    """Leave the host directory on disk after ``close()`` (for debugging)."""
+    network: Literal["none", "host"] = "none"
+    """``none``: loopback only (``--net --network none``; unprivileged users need apptainer 1.1 or later);
+    ``host``: the host's network."""
+    containall: bool = True
+    """``--containall``: private /tmp, $HOME, IPC and PID namespace, clean environment. The private $HOME stays
+    writable (pip and git want one), so ``--no-home`` is off by default."""
+    no_home: bool = False
+    """``--no-home``: do not mount any home directory."""
+    writable_tmpfs: bool = True
+    """``--writable-tmpfs``: the image is writable, changes kept in memory (apptainer.conf caps the size)."""
+    binds: list[str] = Field(default_factory=list)
+    """Extra ``--bind`` specs, ``src[:dest[:ro]]``."""
+    memory: str | None = None
+    """``--memory`` limit (``2g``); needs cgroups v2 delegation for unprivileged users."""
+    cpus: float | None = Field(None, gt=0)
+    """``--cpus`` limit."""
+    pids_limit: int | None = Field(None, gt=0)
+    """``--pids-limit``."""
+    start_args: list[str] = Field(default_factory=list)
+    """More ``instance start`` flags, verbatim (``--fakeroot``, ``--nv``)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables for every command (the host's environment is never passed in)."""
+    shell: list[str] = Field(default_factory=lambda: ["bash", "-lc"], min_length=1)
+    """Argv, inside the container, the command string is appended to."""
+    timeout: float = Field(30.0, gt=0)
+    """Default per-command timeout in seconds; ``exec(timeout=...)`` overrides it."""
+    kill_grace: float = Field(2.0, gt=0)
+    """Seconds between ``timeout``'s SIGTERM and its SIGKILL, inside the container."""
+    host_grace: float = Field(10.0, ge=0)
+    """Seconds past timeout + kill_grace before this host kills the CLI process itself (a hung CLI)."""
+    max_output_bytes: int = Field(1_000_000, ge=1)
+    """Combined stdout+stderr kept per command; past it the command is stopped and ``truncated`` set."""
+    start_timeout: float = Field(120.0, gt=0)
+    """Seconds ``instance start`` may take."""
+    build_timeout: float = Field(1800.0, gt=0)
+    """Seconds converting a referenced image into a .sif may take."""
+
+    @field_validator("workdir", "workspace_mount")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError("must be an absolute path in the container")
+        return value if value is None else posixpath.normpath(value)
+
+    @field_validator("workspace_root")
+    @classmethod
+    def _bindable(cls, value: str | None) -> str | None:
+        if value is not None and (":" in value or "," in value):
+            raise ValueError("cannot contain ':' or ',' (it goes into a --bind spec)")
+        return value
+
+
+def start_argv(
+    config: ApptainerRuntimeConfig, sif: str, name: str, workspace: str, binary: str | None = None
+) -> list[str]:
+    """``instance start`` with the isolation flags, the workspace bind and the limits from ``config``."""
+    argv = [binary or config.binary or "apptainer", "instance", "start"]
+    argv += ["--containall"] if config.containall else []
+    argv += ["--writable-tmpfs"] if config.writable_tmpfs else []
+    argv += ["--no-home"] if config.no_home else []
+    argv += ["--net", "--network", "none"] if config.network == "none" else []
+    argv += ["--bind", f"{workspace}:{config.workspace_mount or config.workdir}"]
+    for spec in config.binds:
+        argv += ["--bind", spec]
+    argv += ["--memory", config.memory] if config.memory else []
+    argv += ["--cpus", _seconds(config.cpus)] if config.cpus is not None else []
+    argv += ["--pids-limit", str(config.pids_limit)] if config.pids_limit is not None else []
+    return [*argv, *config.start_args, sif, name]
+
+
+def exec_argv(
+    config: ApptainerRuntimeConfig,
+    name: str,
+    command: str,
+    *,
+    timeout: float,
+    pwd: str,
+    env: Mapping[str, str] | None = None,
+    binary: str | None = None,
+) -> list[str]:
+    """``exec`` into the instance, the command under ``timeout`` so it is killed inside the container too.
+
+    Variables go through coreutils ``env`` rather than ``--env``: the CLI parses ``--env`` values as
+    CSV when they hold a second ``=`` and strips quotes around them, which would change some values.
+    """
+    variables = {**config.env, **(env or {})}
+    argv = [binary or config.binary or "apptainer", "exec", "--cleanenv", "--pwd", pwd, f"instance://{name}"]
+    argv += ["timeout", "-k", _seconds(config.kill_grace), _seconds(timeout)]
+    argv += ["env", *(f"{key}={value}" for key, value in variables.items())] if variables else []
+    return [*argv, *config.shell, command]
+
+
+def build_argv(binary: str, target: str, reference: str) -> list[str]:
+    return [binary, "build", target, reference]
+
+
+def stop_argv(binary: str, name: str) -> list[str]:
+    # --force: SIGKILL at once; a rollout's sandbox holds nothing worth a graceful shutdown.
+    return [binary, "instance", "stop", "--force", name]
+
+
+def find_binary(binary: str | None = None) -> str:
+    """The CLI's path, or ``ContainerStartError`` naming what to install."""
+    found = shutil.which(binary) if binary else shutil.which("apptainer") or shutil.which("singularity")
+    if found is None:
+        what = f"{binary!r} was not found" if binary else "neither apptainer nor singularity is on PATH"
+        raise ContainerStartError(f"the apptainer runtime cannot start: {what}; {INSTALL_HINT}", retryable=False)
+    return found
+
+
+def default_cache_dir() -> str:
+    if os.environ.get("ROLLOUT_HOME"):
+        return os.path.join(os.environ["ROLLOUT_HOME"], ".apptainer-cache")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "rollout-farm", "apptainer")
+
+
+def cached_sif(cache_dir: str, reference: str) -> str:
+    """A readable, collision-free file name per reference."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", reference).strip("._")[:80]
+    return os.path.join(cache_dir, f"{safe}-{hashlib.sha256(reference.encode()).hexdigest()[:12]}.sif")
+
+
+_conversions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Future]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def ensure_sif(binary: str, image: str, cache_dir: str | None = None, timeout: float = 1800.0) -> str:
+    """The .sif to start: a local image as is, a reference converted once. Concurrent callers in this
+    process share one conversion; other processes build their own copy and rename it into place."""
+    if not image.startswith(REFERENCE_PREFIXES):
+        path = os.path.abspath(os.path.expanduser(image))
+        if not os.path.exists(path):
+            raise ContainerStartError(f"image {image!r}: no such file", retryable=False)
+        return path
+    target = cached_sif(cache_dir or default_cache_dir(), image)
+    if os.path.exists(target):
+        return target
+    pending = _conversions.setdefault(asyncio.get_running_loop(), {})
+    if target not in pending:
+        task = pending[target] = asyncio.ensure_future(_convert(binary, image, target, timeout))
+        # Marks the error retrieved even when every waiter was cancelled; a later call builds again.
+        task.add_done_callback(lambda t: (pending.pop(target, None), t.cancelled() or t.exception()))
+    await asyncio.shield(pending[target])  # one waiter's cancellation must not cancel the others' build
+    return target
+
+
+async def _convert(binary: str, reference: str, target: str, timeout: float) -> None:
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+    except OSError as exc:
+        raise ContainerStartError(f"cannot create the image cache: {exc}", retryable=False) from exc
+    partial = f"{target[:-4]}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial.sif"
+    try:
+        ran = await _run(build_argv(binary, partial, reference), timeout, _CONTROL_CAP)
+        if ran.returncode != 0 or ran.timed_out or not os.path.isfile(partial):
+            raise ContainerStartError(f"converting {reference} into a .sif failed ({_why(ran)}): {ran.output[-_TAIL:]}")
+        os.replace(partial, target)  # atomic: other processes see no file or a whole one
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+
+
+class ApptainerRuntime:
+    """One ``instance`` per rollout; each command an ``exec`` into it. The per-rollout host directory is
+    bound in, so files under it are read and written on the host; other paths go through ``exec``."""
+
+    def __init__(self, config: ApptainerRuntimeConfig | Mapping[str, Any] | None = None, *, run_id: str | None = None):
+        if config is None:
+            config = ApptainerRuntimeConfig()
+        elif not isinstance(config, ApptainerRuntimeConfig):
+            config = validate(ApptainerRuntimeConfig, config, prefix="runtime")
+        self.config = config
+        prefix = re.sub(r"[^A-Za-z0-9._-]+", "-", run_id or "")[:32].strip("-.")
+        self.name = f"rollout-{prefix + '-' if prefix else ''}{uuid.uuid4().hex[:12]}"
+        """The instance name: predictable prefix (run id) so an operator can find and stop leftovers."""
+        self.binary: str | None = None
+        self.workspace: str | None = None
+        self._started = False
+        self._closed = False
+        self._running: set[int] = set()  # process groups of CLI processes in flight, killed on close()
+
+    @classmethod
+    def from_config(cls, config: ApptainerRuntimeConfig | Mapping[str, Any], **deps: Any) -> ApptainerRuntime:
+        return cls(config, run_id=deps.get("run_id"))
+
+    @property
+    def workdir(self) -> str:
+        return self.config.workdir
+
+    async def start(self) -> None:
+        if self._closed:
+            raise RuntimeFailure("ApptainerRuntime.start() after close()", retryable=False)
+        if self._started:
+            return
+        binary = find_binary(self.config.binary)
+        sif = await ensure_sif(binary, self.config.image, self.config.cache_dir, self.config.build_timeout)
+        try:
+            if self.config.workspace_root:
+                os.makedirs(self.config.workspace_root, exist_ok=True)
+            workspace = tempfile.mkdtemp(prefix="rollout-apptainer-", dir=self.config.workspace_root)
+        except OSError as exc:
+            raise ContainerStartError(f"cannot create a workspace: {exc}") from exc
+        self.binary, self.workspace = binary, workspace
+        _live[self.name] = (binary, workspace if not self.config.keep_workspace else None)
+        _stop_leftovers_at_exit()
+        ran = await _run(
+            start_argv(self.config, sif, self.name, workspace, binary), self.config.start_timeout, _CONTROL_CAP
+        )
+        if self._closed or ran.returncode != 0 or ran.timed_out:
+            await self._teardown()
+            if self._closed:
+                raise RuntimeFailure("ApptainerRuntime was closed while starting")
+            raise ContainerStartError(
+                f"instance start of {self.config.image} failed ({_why(ran)}): {ran.output[-_TAIL:]}"
+            )
+        self._started = True
+
+    async def exec(
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        self._check_open()
+        limit = max(self.config.timeout if timeout is None else timeout, 0.001)  # `timeout 0` would mean no limit
+        pwd = posixpath.normpath(posixpath.join(self.config.workdir, cwd)) if cwd else self.config.workdir
+        argv = exec_argv(self.config, self.name, command, timeout=limit, pwd=pwd, env=env, binary=self.binary)
+        # The host deadline only catches a hung CLI: the in-container `timeout` normally ends the command first.
+        host_limit = limit + self.config.kill_grace + self.config.host_grace
+        ran = await _run(argv, host_limit, self.config.max_output_bytes, self._running)
+        if self._closed:
+            raise RuntimeFailure("ApptainerRuntime was closed while the command ran")
+        if ran.returncode == 255 and "no instance found" in ran.output:
+            raise RuntimeFailure(f"apptainer instance {self.name} is gone: {ran.output[-_TAIL:]}")
+        fired = ran.returncode in (124, 128 + signal.SIGKILL) and ran.duration >= limit  # `timeout`'s exit codes
+        return ran.model_copy(update={"timed_out": ran.timed_out or fired})
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (relative to ``workdir``, or absolute in the container), creating parents."""
+        inside, host = self._locate(path)
+        if host is not None:
+            return await asyncio.to_thread(_write, host, bytes(data))
+        staged, staged_inside = self._staging()
+        await asyncio.to_thread(_write, staged, bytes(data))
+        try:
+            q = shlex.quote
+            result = await self.exec(f"mkdir -p {q(posixpath.dirname(inside))} && cat {q(staged_inside)} > {q(inside)}")
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
+        if result.returncode != 0:
+            raise OSError(f"cannot write {inside} in the container: {result.output[-_TAIL:]}")
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes at ``path``; ``FileNotFoundError`` if there is none."""
+        inside, host = self._locate(path)
+        if host is not None:
+            return await asyncio.to_thread(_read, host)
+        staged, staged_inside = self._staging()
+        try:
+            q = shlex.quote
+            result = await self.exec(f"test -e {q(inside)} || exit 3; cat {q(inside)} > {q(staged_inside)}")
+            if result.returncode == 3:
+                raise FileNotFoundError(f"{inside}: no such file in the container")
+            if result.returncode != 0:
+                raise OSError(f"cannot read {inside} in the container: {result.output[-_TAIL:]}")
+            return await asyncio.to_thread(_read, staged)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for pgid in list(self._running):
+            _kill_group(pgid)
+        if self.binary is not None:  # a start was attempted: the instance may exist even if start failed
+            await self._teardown()
+
+    async def _teardown(self) -> None:
+        with contextlib.suppress(RuntimeFailure):
+            await _run(stop_argv(self.binary, self.name), 60.0, _CONTROL_CAP)
+        _live.pop(self.name, None)
+        if self.workspace is not None and not self.config.keep_workspace:
+            await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeFailure("ApptainerRuntime is closed")
+        if not self._started:
+            raise RuntimeFailure("ApptainerRuntime used before start()", retryable=False)
+
+    def _locate(self, path: str) -> tuple[str, str | None]:
+        """The container path, and its host path when it lies in the bound workspace."""
+        self._check_open()
+        inside = posixpath.normpath(posixpath.join(self.config.workdir, path))
+        mount = self.config.workspace_mount or self.config.workdir
+        if inside == mount or inside.startswith(mount.rstrip("/") + "/"):
+            return inside, os.path.join(self.workspace, posixpath.relpath(inside, mount))
+        return inside, None
+
+    def _staging(self) -> tuple[str, str]:
+        name = f".rollout-io-{uuid.uuid4().hex}"
+        return os.path.join(self.workspace, name), posixpath.join(
+            self.config.workspace_mount or self.config.workdir, name
+        )
+
+
+_live: dict[str, tuple[str, str | None]] = {}
+"""Instances started and not yet stopped: name -> (binary, host directory to remove)."""
+_atexit_installed = False
+
+
+def _stop_leftovers_at_exit() -> None:
+    """Installed on the first start, never at import: stops what a crash or a missed close() left running."""
+    global _atexit_installed
+    if not _atexit_installed:
+        _atexit_installed = True
+        atexit.register(_stop_leftovers)
+
+
+def _stop_leftovers() -> None:
+    for name, (binary, workspace) in list(_live.items()):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(stop_argv(binary, name), check=False, capture_output=True, timeout=30)
+        if workspace:
+            shutil.rmtree(workspace, ignore_errors=True)
+        _live.pop(name, None)
+
+
+async def _run(argv: list[str], limit: float, cap: int, running: set[int] | None = None) -> ExecResult:
+    """Run ``argv`` in its own process group: output combined and capped, the group killed at ``limit``
+    seconds, when the cap is hit, or when it finishes (host-side leftovers)."""
+    loop = asyncio.get_running_loop()
+    began = time.monotonic()
+    try:
+        transport, proto = await loop.subprocess_exec(
+            lambda: _Collector(cap, loop),
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot run {argv[0]}: {exc}", retryable=False) from exc
+    pgid = transport.get_pid()
+    if running is not None:
+        running.add(pgid)
+    try:
+        done, _ = await asyncio.wait((proto.exited, proto.full), timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        _kill_group(pgid)
+        await asyncio.wait((proto.exited,), timeout=_REAP_GRACE)
+        if not proto.full.done():  # past the cap there is nothing left worth reading
+            await asyncio.wait((proto.eof,), timeout=_DRAIN_GRACE)
+    finally:
+        if not proto.exited.done():
+            _kill_group(pgid)
+        if running is not None:
+            running.discard(pgid)
+        transport.close()  # closing our end also stops in-container writers (SIGPIPE) the kill did not reach
+    returncode = transport.get_returncode()
+    return ExecResult(
+        output=proto.output.text(),
+        returncode=-signal.SIGKILL if returncode is None else returncode,
+        timed_out=not done,
+        truncated=proto.output.truncated,
+        duration=time.monotonic() - began,
+    )
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop):
+        self.output = CappedOutput(limit)
+        self.exited, self.eof, self.full = loop.create_future(), loop.create_future(), loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if self.output.feed(data):
+            _resolve(self.full)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        _resolve(self.eof)
+
+    def process_exited(self) -> None:
+        _resolve(self.exited)
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _why(ran: ExecResult) -> str:
+    return "timed out" if ran.timed_out else f"exit code {ran.returncode}"
+
+
+def _seconds(value: float) -> str:
+    """``1.0`` -> ``1``, ``0.25`` -> ``0.25``: what ``timeout`` and ``--cpus`` accept."""
+    return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+def _read(target: str) -> bytes:
+    with open(target, "rb") as f:
+        return f.read()
+
+
+def _write(target: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    with open(target, "wb") as f:
+        f.write(data)
