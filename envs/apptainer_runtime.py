@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import hashlib
 import os
 import posixpath
 import re
@@ -14,28 +13,20 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
-import weakref
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from envs.output import CappedOutput
+from envs.apptainer_images import ensure_sif, find_binary
+from envs.process import failure_reason, kill_group, run_capped
 from rollout.config import StrictModel, validate
 from rollout.errors import ContainerStartError, RuntimeFailure
 from rollout.protocols import ExecResult
 
-INSTALL_HINT = "install apptainer (https://apptainer.org) or singularity, or use runtime.type: docker/local"
-REFERENCE_PREFIXES = ("docker-daemon:", "docker-archive:", "docker://", "oras://", "library://")
-"""Images given this way are converted once into a .sif in the cache; anything else is a local image path."""
 _CONTROL_CAP = 1 << 20
-"""Output kept from start/stop/build commands (only their tail is ever shown)."""
-_REAP_GRACE = 5.0
-"""Seconds to wait for a SIGKILLed process group to be reaped."""
-_DRAIN_GRACE = 1.0
-"""Seconds to keep reading once the CLI exited: a background job in the container may hold the pipe open."""
+"""Output kept from instance start/stop commands (only their tail is ever shown)."""
 _TAIL = 2000
 
 
@@ -150,76 +141,9 @@ def exec_argv(
     return [*argv, *config.shell, command]
 
 
-def build_argv(binary: str, target: str, reference: str) -> list[str]:
-    return [binary, "build", target, reference]
-
-
 def stop_argv(binary: str, name: str) -> list[str]:
     # --force: SIGKILL at once; a rollout's sandbox holds nothing worth a graceful shutdown.
     return [binary, "instance", "stop", "--force", name]
-
-
-def find_binary(binary: str | None = None) -> str:
-    """The CLI's path, or ``ContainerStartError`` naming what to install."""
-    found = shutil.which(binary) if binary else shutil.which("apptainer") or shutil.which("singularity")
-    if found is None:
-        what = f"{binary!r} was not found" if binary else "neither apptainer nor singularity is on PATH"
-        raise ContainerStartError(f"the apptainer runtime cannot start: {what}; {INSTALL_HINT}", retryable=False)
-    return found
-
-
-def default_cache_dir() -> str:
-    if os.environ.get("ROLLOUT_HOME"):
-        return os.path.join(os.environ["ROLLOUT_HOME"], ".apptainer-cache")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "rollout-farm", "apptainer")
-
-
-def cached_sif(cache_dir: str, reference: str) -> str:
-    """A readable, collision-free file name per reference."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", reference).strip("._")[:80]
-    return os.path.join(cache_dir, f"{safe}-{hashlib.sha256(reference.encode()).hexdigest()[:12]}.sif")
-
-
-_conversions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Future]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-async def ensure_sif(binary: str, image: str, cache_dir: str | None = None, timeout: float = 1800.0) -> str:
-    """The .sif to start: a local image as is, a reference converted once. Concurrent callers in this
-    process share one conversion; other processes build their own copy and rename it into place."""
-    if not image.startswith(REFERENCE_PREFIXES):
-        path = os.path.abspath(os.path.expanduser(image))
-        if not os.path.exists(path):
-            raise ContainerStartError(f"image {image!r}: no such file", retryable=False)
-        return path
-    target = cached_sif(cache_dir or default_cache_dir(), image)
-    if os.path.exists(target):
-        return target
-    pending = _conversions.setdefault(asyncio.get_running_loop(), {})
-    if target not in pending:
-        task = pending[target] = asyncio.ensure_future(_convert(binary, image, target, timeout))
-        # Marks the error retrieved even when every waiter was cancelled; a later call builds again.
-        task.add_done_callback(lambda t: (pending.pop(target, None), t.cancelled() or t.exception()))
-    await asyncio.shield(pending[target])  # one waiter's cancellation must not cancel the others' build
-    return target
-
-
-async def _convert(binary: str, reference: str, target: str, timeout: float) -> None:
-    try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-    except OSError as exc:
-        raise ContainerStartError(f"cannot create the image cache: {exc}", retryable=False) from exc
-    partial = f"{target[:-4]}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial.sif"
-    try:
-        ran = await _run(build_argv(binary, partial, reference), timeout, _CONTROL_CAP)
-        if ran.returncode != 0 or ran.timed_out or not os.path.isfile(partial):
-            raise ContainerStartError(f"converting {reference} into a .sif failed ({_why(ran)}): {ran.output[-_TAIL:]}")
-        os.replace(partial, target)  # atomic: other processes see no file or a whole one
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(partial)
 
 
 class ApptainerRuntime:
@@ -265,15 +189,17 @@ class ApptainerRuntime:
         self.binary, self.workspace = binary, workspace
         _live[self.name] = (binary, workspace if not self.config.keep_workspace else None)
         _stop_leftovers_at_exit()
-        ran = await _run(
-            start_argv(self.config, sif, self.name, workspace, binary), self.config.start_timeout, _CONTROL_CAP
+        ran = await run_capped(
+            start_argv(self.config, sif, self.name, workspace, binary),
+            timeout=self.config.start_timeout,
+            max_output_bytes=_CONTROL_CAP,
         )
         if self._closed or ran.returncode != 0 or ran.timed_out:
             await self._teardown()
             if self._closed:
                 raise RuntimeFailure("ApptainerRuntime was closed while starting")
             raise ContainerStartError(
-                f"instance start of {self.config.image} failed ({_why(ran)}): {ran.output[-_TAIL:]}"
+                f"instance start of {self.config.image} failed ({failure_reason(ran)}): {ran.output[-_TAIL:]}"
             )
         self._started = True
 
@@ -286,7 +212,9 @@ class ApptainerRuntime:
         argv = exec_argv(self.config, self.name, command, timeout=limit, pwd=pwd, env=env, binary=self.binary)
         # The host deadline only catches a hung CLI: the in-container `timeout` normally ends the command first.
         host_limit = limit + self.config.kill_grace + self.config.host_grace
-        ran = await _run(argv, host_limit, self.config.max_output_bytes, self._running)
+        ran = await run_capped(
+            argv, timeout=host_limit, max_output_bytes=self.config.max_output_bytes, running=self._running
+        )
         if self._closed:
             raise RuntimeFailure("ApptainerRuntime was closed while the command ran")
         if ran.returncode == 255 and "no instance found" in ran.output:
@@ -333,13 +261,13 @@ class ApptainerRuntime:
             return
         self._closed = True
         for pgid in list(self._running):
-            _kill_group(pgid)
+            kill_group(pgid)
         if self.binary is not None:  # a start was attempted: the instance may exist even if start failed
             await self._teardown()
 
     async def _teardown(self) -> None:
         with contextlib.suppress(RuntimeFailure):
-            await _run(stop_argv(self.binary, self.name), 60.0, _CONTROL_CAP)
+            await run_capped(stop_argv(self.binary, self.name), timeout=60.0, max_output_bytes=_CONTROL_CAP)
         _live.pop(self.name, None)
         if self.workspace is not None and not self.config.keep_workspace:
             await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
@@ -386,77 +314,6 @@ def _stop_leftovers() -> None:
         if workspace:
             shutil.rmtree(workspace, ignore_errors=True)
         _live.pop(name, None)
-
-
-async def _run(argv: list[str], limit: float, cap: int, running: set[int] | None = None) -> ExecResult:
-    """Run ``argv`` in its own process group: output combined and capped, the group killed at ``limit``
-    seconds, when the cap is hit, or when it finishes (host-side leftovers)."""
-    loop = asyncio.get_running_loop()
-    began = time.monotonic()
-    try:
-        transport, proto = await loop.subprocess_exec(
-            lambda: _Collector(cap, loop),
-            *argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise RuntimeFailure(f"cannot run {argv[0]}: {exc}", retryable=False) from exc
-    pgid = transport.get_pid()
-    if running is not None:
-        running.add(pgid)
-    try:
-        done, _ = await asyncio.wait((proto.exited, proto.full), timeout=limit, return_when=asyncio.FIRST_COMPLETED)
-        _kill_group(pgid)
-        await asyncio.wait((proto.exited,), timeout=_REAP_GRACE)
-        if not proto.full.done():  # past the cap there is nothing left worth reading
-            await asyncio.wait((proto.eof,), timeout=_DRAIN_GRACE)
-    finally:
-        if not proto.exited.done():
-            _kill_group(pgid)
-        if running is not None:
-            running.discard(pgid)
-        transport.close()  # closing our end also stops in-container writers (SIGPIPE) the kill did not reach
-    returncode = transport.get_returncode()
-    return ExecResult(
-        output=proto.output.text(),
-        returncode=-signal.SIGKILL if returncode is None else returncode,
-        timed_out=not done,
-        truncated=proto.output.truncated,
-        duration=time.monotonic() - began,
-    )
-
-
-class _Collector(asyncio.SubprocessProtocol):
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop):
-        self.output = CappedOutput(limit)
-        self.exited, self.eof, self.full = loop.create_future(), loop.create_future(), loop.create_future()
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if self.output.feed(data):
-            _resolve(self.full)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        _resolve(self.eof)
-
-    def process_exited(self) -> None:
-        _resolve(self.exited)
-
-
-def _resolve(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _why(ran: ExecResult) -> str:
-    return "timed out" if ran.timed_out else f"exit code {ran.returncode}"
 
 
 def _seconds(value: float) -> str:

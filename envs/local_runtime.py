@@ -5,25 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
 
-from envs.output import CappedOutput
+from envs.process import kill_group, run_capped
 from rollout.config import StrictModel, validate
 from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
 from rollout.protocols import ExecResult
-
-_REAP_GRACE = 5.0
-"""Seconds to wait for a SIGKILLed shell to be reaped (only a process stuck in the kernel takes longer)."""
-_DRAIN_GRACE = 1.0
-"""Seconds to wait for the output pipe to close once the command is over. Only a process that left the
-group (``setsid``) and kept the pipe open makes us wait this long; we then stop reading."""
 
 
 class LocalRuntimeConfig(StrictModel):
@@ -68,7 +59,7 @@ class LocalRuntime:
     @classmethod
     def from_config(
         cls, config: LocalRuntimeConfig | Mapping[str, Any], *, trusted_model: bool = False
-    ) -> "LocalRuntime":
+    ) -> LocalRuntime:
         return cls(config, trusted_model=trusted_model)
 
     @property
@@ -105,46 +96,17 @@ class LocalRuntime:
         if not os.path.isdir(workdir):
             # The model may have removed its own directory: that is a failing command, not a broken runtime.
             return ExecResult(output=f"cannot run the command in {workdir}: no such directory\n", returncode=1)
-        limit = self.config.timeout if timeout is None else timeout
-        loop = asyncio.get_running_loop()
-        began = time.monotonic()
-        try:
-            transport, proto = await loop.subprocess_exec(
-                lambda: _Collector(self.config.max_output_bytes, loop),
-                *self.config.shell,
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env={**self._base_env, **env} if env else self._base_env,
-                start_new_session=True,  # pgid == pid: one signal reaches everything the command starts
-            )
-        except OSError as exc:
-            raise RuntimeFailure(f"cannot start {self.config.shell[0]!r}: {exc}", retryable=False) from exc
-        pgid = transport.get_pid()
-        self._running.add(pgid)
-        try:
-            done, _ = await asyncio.wait((proto.exited, proto.full), timeout=limit, return_when=asyncio.FIRST_COMPLETED)
-            # Timed out, output full, or finished with background jobs left: the whole group goes either way.
-            _kill_group(pgid)
-            await asyncio.wait((proto.exited,), timeout=_REAP_GRACE)
-            await asyncio.wait((proto.eof,), timeout=_DRAIN_GRACE)
-        finally:
-            if not proto.exited.done():  # cancelled mid-command: don't leave it running
-                _kill_group(pgid)
-            self._running.discard(pgid)
-            transport.close()
+        ran = await run_capped(
+            [*self.config.shell, command],
+            timeout=self.config.timeout if timeout is None else timeout,
+            max_output_bytes=self.config.max_output_bytes,
+            cwd=workdir,
+            env={**self._base_env, **env} if env else self._base_env,
+            running=self._running,
+        )
         if self._closed:
             raise RuntimeFailure("LocalRuntime was closed while the command ran")
-        returncode = transport.get_returncode()
-        return ExecResult(
-            output=proto.output.text(),
-            returncode=-signal.SIGKILL if returncode is None else returncode,
-            timed_out=not done,
-            truncated=proto.output.truncated,
-            duration=time.monotonic() - began,
-        )
+        return ran
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (relative to the workspace), creating parent directories."""
@@ -161,7 +123,7 @@ class LocalRuntime:
             return
         self._closed = True
         for pgid in list(self._running):
-            _kill_group(pgid)
+            kill_group(pgid)
         if self.workspace is not None and not self.config.keep_workspace:
             await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
 
@@ -173,42 +135,6 @@ class LocalRuntime:
         if not os.path.isdir(self.workspace):
             raise RuntimeFailure(f"the workspace {self.workspace} is gone")
         return self.workspace
-
-
-class _Collector(asyncio.SubprocessProtocol):
-    """Keeps the combined output up to the cap and resolves a future on exit, on EOF and on a full buffer.
-
-    A protocol rather than ``Process.communicate``: the shell's exit must be seen even while a
-    background grandchild still holds the pipe open, and output past the cap must not be buffered.
-    """
-
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop):
-        self.output = CappedOutput(limit)
-        self.exited = loop.create_future()
-        self.eof = loop.create_future()
-        self.full = loop.create_future()
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if self.output.feed(data):
-            _resolve(self.full)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        _resolve(self.eof)
-
-    def process_exited(self) -> None:
-        _resolve(self.exited)
-
-
-def _resolve(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):  # the group is already gone
-        pass
 
 
 def _read(target: str) -> bytes:

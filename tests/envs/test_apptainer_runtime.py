@@ -18,17 +18,8 @@ import textwrap
 
 import pytest
 
-from envs.apptainer_runtime import (
-    INSTALL_HINT,
-    ApptainerRuntime,
-    ApptainerRuntimeConfig,
-    build_argv,
-    cached_sif,
-    default_cache_dir,
-    exec_argv,
-    start_argv,
-    stop_argv,
-)
+from envs.apptainer_images import INSTALL_HINT, build_argv, cached_sif, default_cache_dir
+from envs.apptainer_runtime import ApptainerRuntime, ApptainerRuntimeConfig, exec_argv, start_argv, stop_argv
 from envs.check import check_runtime
 from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
 
