@@ -96,6 +96,7 @@ VERIFIERS = Registry(
         "check_command": "envs.verifiers:CheckCommandVerifier",
         "answer_match": "envs.verifiers:AnswerMatchVerifier",
         "env_reward": "envs.verifiers:EnvRewardVerifier",
+        "swe": "envs.swe_grading:SweVerifier",
     },
 )
 POLICIES = Registry(
@@ -105,5 +106,8 @@ POLICIES = Registry(
         "echo": "rollout.models.policies:echo",
         "bash_echo": "rollout.models.policies:bash_echo",
         "oracle": "rollout.models.policies:oracle",
+        "gold": "rollout.models.swe_policies:gold",
+        "empty": "rollout.models.swe_policies:empty",
+        "replay": "rollout.models.swe_policies:replay",
     },
 )

@@ -3,6 +3,7 @@ image, and the check that no labelled container outlives the test session."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,17 +56,31 @@ def podman_available() -> bool:
 
 @pytest.fixture(scope="session", autouse=True)
 def no_labelled_containers_left():
-    """After the session, no container labelled rollout-farm.run may remain (they are removed, and
-    the session errors, so a leak is seen and never piles up)."""
+    """After the session, no container labelled rollout-farm.run that this session (or a process it
+    started, now dead) created may remain: they are removed, and the session errors, so a leak is
+    seen and never piles up. Containers of other live processes on the machine are left alone."""
     yield
+    from envs.containers import OWNER_LABEL, owner_alive, owner_labels
+
+    me = owner_labels()[OWNER_LABEL]
     leaks = []
     for engine in ("docker", "podman"):
         if shutil.which(engine) is None:
             continue
         out = subprocess.run([engine, "ps", "-aq", "--filter", f"label={LABEL}"], capture_output=True, text=True)
         ids = out.stdout.split() if out.returncode == 0 else []
-        if ids:
-            subprocess.run([engine, "rm", "-f", *ids], capture_output=True)
-            leaks.append(f"{engine}: {len(ids)}")
+        if not ids:
+            continue
+        shown = subprocess.run([engine, "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", *ids],
+                               capture_output=True, text=True)
+        mine = []
+        for line in shown.stdout.splitlines():
+            cid, _, labels = line.partition(" ")
+            labels = json.loads(labels or "{}") or {}
+            if labels.get(OWNER_LABEL) == me or not owner_alive(labels):
+                mine.append(cid)
+        if mine:
+            subprocess.run([engine, "rm", "-f", *mine], capture_output=True)
+            leaks.append(f"{engine}: {len(mine)}")
     if leaks:
         pytest.fail(f"containers labelled {LABEL} left after the tests: {', '.join(leaks)}")

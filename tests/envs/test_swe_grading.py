@@ -1,0 +1,335 @@
+"""SWE grading end to end on a tiny real repository: fresh local workspaces (one container), real git and pytest."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envs.local_runtime import LocalRuntime
+from envs.swe_grading import APPLY_LADDER, SweVerifier, grade
+from rollout.dataset import load_tasks
+from rollout.errors import VerifierError
+from rollout.records import RolloutResult
+
+OPS = '''"""Small arithmetic."""
+
+
+def add(a, b):
+    return a - b
+
+
+def mul(a, b):
+    return a * b
+
+
+def neg(a):
+    return -a
+
+
+def sub(a, b):
+    return a + b
+'''
+TESTS = '''import pytest
+
+from calc.ops import mul
+
+
+@pytest.mark.parametrize("pair", ["two three", "[x] y"])
+def test_mul(pair):
+    assert mul(2, 3) == 6
+
+
+def test_mul_zero():
+    assert mul(0, 5) == 0
+'''
+NEW_TESTS = TESTS.replace("from calc.ops import mul", "from calc.ops import add, mul") + '''
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+@pytest.mark.parametrize("case", ["one plus two"])
+def test_add_cases(case):
+    assert add(1, 2) == 3
+'''
+SUB_TESTS = "from calc.ops import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
+FIXED = OPS.replace("def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b").replace(
+    "def sub(a, b):\n    return a + b", "def sub(a, b):\n    return a - b")
+TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 {python} -m pytest -rA -p no:cacheprovider tests"
+F2P = ["tests/test_ops.py::test_add", "tests/test_ops.py::test_add_cases[one plus two]", "tests/test_sub.py::test_sub"]
+# A whole id with spaces, and one cut at its space as datasets made by the harness hold them.
+P2P = ["tests/test_ops.py::test_mul[two three]", "tests/test_ops.py::test_mul[[x]", "tests/test_ops.py::test_mul_zero"]
+
+
+def git(cwd, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def diff_of(source: Path, work: Path, edits: dict[str, str | None]) -> str:
+    """The ``git diff`` an agent would submit after making ``edits`` (None deletes) in its own clone."""
+    git(None, "clone", "-q", str(source), str(work))
+    for path, text in edits.items():
+        target = work / path
+        if text is None:
+            target.unlink()
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+    git(work, "add", "-A")
+    return git(work, "diff", "--cached")
+
+
+@pytest.fixture(scope="module")
+def instance(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("instance")
+    repo = root / "repo"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "calc" / "__init__.py").write_text("")
+    (repo / "calc" / "ops.py").write_text(OPS)
+    (repo / "tests" / "test_ops.py").write_text(TESTS)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "bundle", "create", "-q", str(root / "repo.bundle"), "--all")
+    return {
+        "instance_id": "calc__calc-1", "repo": "example/calc", "version": "1.0", "base_commit": base,
+        "problem_statement": "add and sub are wrong",
+        "patch": diff_of(repo, root / "gold", {"calc/ops.py": FIXED}),
+        "test_patch": diff_of(repo, root / "tests", {"tests/test_ops.py": NEW_TESTS, "tests/test_sub.py": SUB_TESTS}),
+        "FAIL_TO_PASS": F2P, "PASS_TO_PASS": P2P, "test_cmd": TEST_CMD.format(python=shlex.quote(sys.executable)),
+        "repo_path": str(repo), "bundle": (root / "repo.bundle").read_bytes(),
+    }
+
+
+class ClonedRepo:
+    """A runtime whose start() also clones the instance at base_commit into ``repo_dir``: what an instance
+    image gives the grader, made here from a plain workspace or the base image."""
+
+    def __init__(self, inner, bundle: bytes, commit: str, repo_dir: str, bundle_path: str):
+        self.inner, self.bundle, self.commit = inner, bundle, commit
+        self.repo_dir, self.bundle_path = repo_dir, bundle_path
+
+    async def start(self) -> None:
+        await self.inner.start()
+        await self.inner.write_file(self.bundle_path, self.bundle)
+        done = await self.inner.exec(f"git clone -q {self.bundle_path} {self.repo_dir} && "
+                                     f"git -C {self.repo_dir} checkout -q {self.commit}", timeout=120)
+        assert done.returncode == 0, done.output
+
+    async def exec(self, command, timeout=None, cwd=None, env=None):
+        return await self.inner.exec(command, timeout=timeout, cwd=cwd, env=env)
+
+    async def write_file(self, path, data):
+        await self.inner.write_file(path, data)
+
+    async def read_file(self, path):
+        return await self.inner.read_file(path)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def local_factory(instance, root: Path):
+    def make():
+        inner = LocalRuntime({"root": str(root), "timeout": 60}, trusted_model=True)
+        return ClonedRepo(inner, instance["bundle"], instance["base_commit"], "repo", "src.bundle")
+    return make
+
+
+def run_grade(instance, patch, tmp_path, **kwargs):
+    """Grade in fresh local workspaces under tmp_path; every workspace must be gone afterwards."""
+    root = tmp_path / "workspaces"
+    try:
+        return asyncio.run(grade(instance, patch, local_factory(instance, root), repo_dir="repo", **kwargs))
+    finally:
+        assert not root.exists() or not list(root.iterdir()), "the grading runtime was not closed"
+
+
+def test_gold_patch_resolves(instance, tmp_path):
+    graded = run_grade(instance, instance["patch"], tmp_path)
+    assert graded.resolved and graded.reward == 1.0
+    assert graded.patch_exists and not graded.patch_is_None and graded.patch_successfully_applied
+    assert graded.apply_method == APPLY_LADDER[0] and not graded.timed_out
+    assert graded.tests_status["FAIL_TO_PASS"] == {"success": F2P, "failure": []}
+    assert graded.tests_status["PASS_TO_PASS"] == {"success": P2P, "failure": []}
+    assert graded.test_statuses["tests/test_ops.py::test_add_cases[one plus two]"] == "PASSED"
+    assert "short test summary info" in graded.test_output and graded.test_returncode == 0
+    assert set(graded.durations) >= {"start", "apply", "reset", "tests", "total"}
+
+
+def test_no_patch_is_unresolved_without_a_runtime(instance):
+    def no_runtime():
+        raise AssertionError("an empty patch needs no runtime")
+
+    for patch, is_none in ((None, True), ("", False), ("  \n", False)):
+        graded = asyncio.run(grade(instance, patch, no_runtime))
+        assert (graded.resolved, graded.reward, graded.patch_is_None) == (False, 0.0, is_none)
+        assert not graded.patch_exists and not graded.patch_successfully_applied
+
+
+def test_gold_patch_missing_a_hunk_is_unresolved(instance, tmp_path):
+    half = OPS.replace("def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b")
+    patch = diff_of(Path(instance["repo_path"]), tmp_path / "agent", {"calc/ops.py": half})
+    graded = run_grade(instance, patch, tmp_path)
+    assert graded.patch_successfully_applied and not graded.resolved and graded.reward == 0.0
+    assert graded.tests_status["FAIL_TO_PASS"] == {"success": F2P[:2], "failure": F2P[2:]}
+
+
+@pytest.mark.parametrize("tamper", ["rewrite", "delete"])
+@pytest.mark.parametrize("fixed", [True, False], ids=["fixed", "not fixed"])
+def test_test_files_the_agent_touched_do_not_count(instance, tmp_path, fixed, tamper):
+    """The agent rewrote (or deleted) the test file and pre-created the one the test patch adds, with
+    tests that always pass: the grader restores them, so only the fix decides."""
+    cheat = "def test_add():\n    pass\n\n\ndef test_mul_zero():\n    pass\n"
+    edits = {"tests/test_ops.py": cheat if tamper == "rewrite" else None,
+             "tests/test_sub.py": "def test_sub():\n    pass\n", "calc/ops.py": FIXED if fixed else OPS + "\n# tried\n"}
+    patch = diff_of(Path(instance["repo_path"]), tmp_path / "agent", edits)
+    graded = run_grade(instance, patch, tmp_path)
+    assert graded.patch_successfully_applied
+    assert graded.resolved is fixed
+    assert graded.test_statuses["tests/test_sub.py::test_sub"] == ("PASSED" if fixed else "FAILED")
+
+
+def test_a_hanging_test_run_times_out_unresolved(instance, tmp_path):
+    hang = FIXED.replace("def add(a, b):\n    return a + b", "def add(a, b):\n    while True:\n        pass")
+    patch = diff_of(Path(instance["repo_path"]), tmp_path / "agent", {"calc/ops.py": hang})
+    began = time.monotonic()
+    graded = run_grade(instance, patch, tmp_path, eval_timeout=3)
+    assert time.monotonic() - began < 3 + 10
+    assert graded.timed_out and not graded.resolved and graded.reward == 0.0
+    assert graded.patch_successfully_applied and "Timeout error: 3 seconds exceeded." in graded.test_output
+
+
+def test_lenient_ladder_applies_a_fuzzy_patch(instance, tmp_path):
+    """One file's hunk needs fuzz (a context line differs), another's is exact: git apply refuses it,
+    --reject applies half, and `patch` must then start from the untouched tree to resolve."""
+    fuzzy = instance["patch"].replace("\n def mul(a, b):\n", "\n def mul(a, b):  # context drifted\n")
+    fuzzy += diff_of(Path(instance["repo_path"]), tmp_path / "agent", {"calc/__init__.py": '"""Calc."""\n'})
+    graded = run_grade(instance, fuzzy, tmp_path)
+    assert graded.apply_method == APPLY_LADDER[2], graded.apply_output
+    assert graded.resolved
+    assert not [k for k in graded.test_statuses if ".rej" in k or ".orig" in k]
+
+
+def test_a_patch_that_does_not_apply_is_unresolved(instance, tmp_path):
+    broken = instance["patch"].replace("-    return a - b", "-    return a * b * c")
+    broken = broken.replace("-    return a + b", "-    return nothing_like_this")
+    graded = run_grade(instance, broken, tmp_path)
+    assert not graded.patch_successfully_applied and graded.apply_method is None and not graded.resolved
+    assert all(f"$ {command}" in graded.apply_output for command in APPLY_LADDER)
+    assert graded.tests_status == {} and graded.test_output == ""
+
+
+def test_patch_without_trailing_newline_applies(instance, tmp_path):
+    graded = run_grade(instance, instance["patch"].rstrip("\n"), tmp_path)
+    assert graded.apply_method == APPLY_LADDER[0] and graded.resolved
+
+
+def test_json_encoded_test_lists(instance, tmp_path):
+    row = {**instance, "FAIL_TO_PASS": json.dumps(F2P), "PASS_TO_PASS": json.dumps(P2P)}
+    assert run_grade(row, instance["patch"], tmp_path).resolved
+
+
+def test_dataset_problems_are_verifier_errors(instance, tmp_path):
+    wrong = instance["test_patch"].replace("-from calc.ops import mul", "-import x")
+    bad_test_patch = {**instance, "test_patch": wrong}
+    with pytest.raises(VerifierError, match="test patch does not apply"):
+        run_grade(bad_test_patch, instance["patch"], tmp_path)
+    no_cmd = {k: v for k, v in instance.items() if k != "test_cmd"}
+    with pytest.raises(VerifierError, match="test_cmd"):
+        run_grade(no_cmd, instance["patch"], tmp_path)
+    with pytest.raises(VerifierError, match="FAIL_TO_PASS"):
+        run_grade({**instance, "FAIL_TO_PASS": "not json"}, instance["patch"], tmp_path)
+
+
+def test_verifier_grades_a_flat_dataset_row(instance, tmp_path):
+    row = {k: v for k, v in instance.items() if k != "bundle"}
+    (tmp_path / "data.jsonl").write_text(json.dumps(row) + "\n")
+    [task] = load_tasks(tmp_path / "data.jsonl")
+    make = local_factory(instance, tmp_path / "workspaces")
+    verifier = SweVerifier({"type": "swe", "repo_dir": "repo", "eval_timeout": 120}, runtime_factory=lambda t: make())
+    for patch, value in ((instance["patch"], 1.0), (None, 0.0)):
+        result = RolloutResult(rollout_id="r", task_id=task.task_id, status="completed", exit_reason="submitted",
+                               submission=patch)
+        reward = asyncio.run(verifier.verify(task, result))
+        assert reward.value == value and reward.details["resolved"] is (value == 1.0)
+        assert reward.details["instance_id"] == "calc__calc-1"
+
+
+def test_docker_grading(instance, tmp_path, base_image):
+    try:
+        from envs.docker_runtime import DockerRuntime
+    except Exception as exc:  # noqa: BLE001 - written in parallel; this test waits for it
+        pytest.skip(f"envs.docker_runtime is not importable yet: {exc}")
+
+    def make():
+        inner = DockerRuntime({"image": base_image, "workdir": "/testbed"}, run_id="test-swe-grading",
+                              rollout_id="grade")
+        return ClonedRepo(inner, instance["bundle"], instance["base_commit"], "/testbed", "/tmp/src.bundle")
+
+    instance = {**instance, "test_cmd": TEST_CMD.format(python="python3")}  # the image's interpreter
+    gold = asyncio.run(grade(instance, instance["patch"], make, eval_timeout=120))
+    assert gold.resolved and gold.apply_method == APPLY_LADDER[0], gold.test_output[-2000:]
+    half = OPS.replace("def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b")
+    patch = diff_of(Path(instance["repo_path"]), tmp_path / "agent", {"calc/ops.py": half})
+    graded = asyncio.run(grade(instance, patch, make, eval_timeout=120))
+    assert graded.patch_successfully_applied and not graded.resolved
+    assert graded.tests_status["FAIL_TO_PASS"]["failure"] == F2P[2:]
+
+
+def test_report_agrees_with_the_swebench_harness(instance, tmp_path):
+    """Our report.json equals what the harness's get_eval_report makes of the same test log, for a row whose
+    test ids are in the harness's own (cut at whitespace) form."""
+    try:
+        from swebench.harness.grading import get_eval_report
+    except Exception as exc:  # noqa: BLE001 - the optional package
+        pytest.skip(f"swebench is not importable: {exc}")
+    from types import SimpleNamespace
+
+    row = {**instance, "FAIL_TO_PASS": [t.split()[0] for t in F2P], "PASS_TO_PASS": [t.split()[0] for t in P2P]}
+    # Any repository the harness reads with its pytest parser will do: only its parser and test_cmd are looked up.
+    spec = SimpleNamespace(instance_id=row["instance_id"], repo="pytest-dev/pytest", version="5.4",
+                           FAIL_TO_PASS=row["FAIL_TO_PASS"], PASS_TO_PASS=row["PASS_TO_PASS"])
+    half = OPS.replace("def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b")
+    patches = {"gold": instance["patch"], "half": diff_of(Path(instance["repo_path"]), tmp_path / "agent",
+                                                          {"calc/ops.py": half})}
+    for name, patch in patches.items():
+        graded = run_grade(row, patch, tmp_path)
+        log = tmp_path / f"{name}.txt"
+        log.write_text(graded.test_output)
+        pred = {"instance_id": row["instance_id"], "model_name_or_path": "m", "model_patch": patch}
+        assert graded.report() == get_eval_report(spec, pred, str(log), include_tests_status=True), name
+    assert graded.report()[row["instance_id"]]["resolved"] is False
+    pred = {"instance_id": row["instance_id"], "model_name_or_path": "m", "model_patch": None}
+    empty = asyncio.run(grade(row, None, lambda: None))
+    assert empty.report() == get_eval_report(spec, pred, str(log), include_tests_status=True)
+
+
+def test_rows_without_test_cmd_use_the_swebench_specs():
+    try:
+        import swebench.harness.constants  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - the optional package
+        pytest.skip(f"swebench is not importable: {exc}")
+    from envs.swe_specs import swebench_plan
+
+    test_patch = "diff --git a/testing/test_x.py b/testing/test_x.py\n--- a/testing/test_x.py\n+++ b/testing/test_x.py\n"
+    setup, command, parse, fail_only = swebench_plan(
+        {"repo": "pytest-dev/pytest", "version": "5.4", "test_patch": test_patch}, "pytest-dev__pytest-1")
+    assert command == "pytest -rA testing/test_x.py" and not fail_only
+    assert "conda activate testbed" in setup and "pip install -e ." in setup
+    assert parse("PASSED testing/test_x.py::t\n") == {"testing/test_x.py::t": "PASSED"}
+    for row in ({"repo": "pytest-dev/pytest", "version": "0.0"}, {"repo": "example/unknown", "version": "1"}):
+        with pytest.raises(VerifierError, match="no spec"):
+            swebench_plan({**row, "test_patch": test_patch}, "x")
