@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel
 
@@ -77,16 +77,37 @@ def model_is_scripted(config: RunConfig) -> bool:
 class Composer:
     def __init__(self, config: RunConfig, tasks: list[Task] = ()):
         self.config = config
-        self.tasks = {t.task_id: t for t in tasks}
         self.model_component = component(MODELS, config.model, "model")
         self.trusted_model = model_is_scripted(config)
         self.profiles: dict[str | None, Profile] = {None: self._profile(None)}
         for name in config.profiles:
             self.profiles[name] = self._profile(name)
+        self.tasks: dict[str, Task] = {}
+        self.bind_tasks(tasks)
+
+    def row_check(self) -> Callable[[Task], None] | None:
+        """The dataset row checks of every environment in use (``check_row`` of its module), or None."""
+        checks = []
+        for profile in self.profiles.values():
+            check = getattr(sys.modules[profile.environment.cls.__module__], "check_row", None)
+            if check is not None and check not in checks:
+                checks.append(check)
+        if not checks:
+            return None
+
+        def check_all(task: Task) -> None:
+            for check in checks:
+                check(task)
+
+        return check_all
+
+    def bind_tasks(self, tasks: list[Task]) -> None:
+        """The dataset this run uses: profile names checked, tasks visible to in-process scripted models."""
         for task in tasks:
             name = task.data.get("profile")
             if name is not None and name not in self.profiles:
                 raise ConfigError(f"task {task.task_id!r} names unknown profile {name!r}", "dataset")
+        self.tasks.update({t.task_id: t for t in tasks})
 
     def _profile(self, name: str | None) -> Profile:
         cfg = self.config
@@ -130,9 +151,26 @@ class Composer:
         return RolloutParts(profile.agent, env, verifier, profile.limits)
 
     def _environment(self, profile: Profile, meta: RequestMeta) -> Environment:
-        runtime = None
-        if profile.runtime is not None:
-            # run and rollout ids label containers, so a reaper can find what a crash left behind
-            runtime = build(profile.runtime, trusted_model=self.trusted_model, run_id=meta.run_id,
-                            rollout_id=meta.rollout_id)
-        return build(profile.environment, runtime=runtime)
+        if profile.runtime is None:
+            return build(profile.environment)
+        runtime_builder = self._runtime_builder(profile.runtime, meta)
+        factory = getattr(profile.environment.cls, "from_config", profile.environment.cls)
+        # an environment takes a runtime, or a builder when it picks the image per task (SWE)
+        wants_runtime = "runtime" in inspect.signature(factory).parameters
+        return build(profile.environment, runtime=runtime_builder() if wants_runtime else None,
+                     runtime_builder=runtime_builder)
+
+    def _runtime_builder(self, comp: Component, meta: RequestMeta) -> Callable[..., Any]:
+        """``builder(**overrides)``: a new runtime of this section, with overrides of its config fields
+        (``image=``, ``workdir=``) where it has them. Run and rollout ids label containers, so a reaper
+        can find what a crash left behind."""
+
+        def builder(**overrides: Any) -> Any:
+            config = comp.config
+            known = {k: v for k, v in overrides.items() if k in getattr(type(config), "model_fields", {})}
+            if known:
+                config = config.model_copy(update=known)
+            return build(Component(comp.cls, config), trusted_model=self.trusted_model, run_id=meta.run_id,
+                         rollout_id=meta.rollout_id)
+
+        return builder

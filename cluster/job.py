@@ -16,12 +16,14 @@ from typing import Any, TextIO
 from cluster.compose import Composer
 from cluster.driver import Driver
 from cluster.local_backend import LocalBackend
+from cluster.swe_outputs import model_name, write_swe_outputs
 from cluster.run_config import RunConfig
 from rollout.config import load_config, validate
 from rollout.dataset import dataset_hash, load_tasks, select
 from rollout.manifest import build_manifest
 from rollout.records import RolloutResult, Task
 from rollout.resume import Plan
+from rollout.registry import Registry
 from rollout.run_store import RunStore
 from rollout.summary import format_table, summarize
 
@@ -58,13 +60,19 @@ def prepare(
     out: TextIO = sys.stderr,
 ) -> Job:
     raw = load_config(paths, list(overrides))
+    notes = resolve_auto_runtimes(raw)
     config = validate(RunConfig, raw)
     run_id = config.run_id or Path(paths[0]).stem
     dataset_path = Path(config.dataset.path).expanduser()
     if not dataset_path.is_absolute():
         dataset_path = (Path(paths[0]).resolve().parent / dataset_path).resolve()
-    tasks = select(load_tasks(dataset_path), config.dataset.ids, config.dataset.pattern, config.dataset.slice)
-    composer = Composer(config, tasks)
+    composer = Composer(config)
+    if config.dataset.generate:
+        generate = Registry("dataset generator", {}).load(config.dataset.generate, field="dataset.generate")
+        dataset_path = Path(generate(dataset_path.parent))
+    tasks = load_tasks(dataset_path, composer.row_check())
+    tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
+    composer.bind_tasks(tasks)
     run_dir = resolve_run_dir(config, run_id)
     resolved = config.model_dump(mode="json")
     resolved["dataset"]["path"] = str(dataset_path)
@@ -72,7 +80,27 @@ def prepare(
     store = RunStore(run_dir)
     store.open(resolved, build_manifest(resolved, dataset_path, seeds), new_run=new_run)
     plan = store.plan(tasks, config.run.samples, config.run.max_attempts, retry_infra)
+    for note in notes:
+        print(note, file=out, flush=True)
     return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out)
+
+
+def resolve_auto_runtimes(raw: dict[str, Any]) -> list[str]:
+    """``runtime: {type: auto, ...}``: docker when a daemon answers, else the local runtime; says which
+    and why. Keys of the section that the chosen runtime does not have are dropped."""
+    sections = [("runtime", raw)] + [(f"profiles.{n}.runtime", p) for n, p in (raw.get("profiles") or {}).items()
+                                     if isinstance(p, dict)]
+    notes = []
+    for field, holder in sections:
+        section = holder.get("runtime")
+        if not isinstance(section, dict) or section.get("type") != "auto":
+            continue
+        chosen, why = ("docker", "a docker daemon answers") if docker_answers() else (
+            "local", "no docker daemon answers; commands run in a local workspace")
+        options = {k: v for k, v in section.items() if k != "type"}
+        holder["runtime"] = {"type": chosen, **options.get(chosen, {})}
+        notes.append(f"{field}: {chosen} ({why})")
+    return notes
 
 
 async def execute(job: Job) -> dict[str, Any]:
@@ -114,6 +142,11 @@ async def execute(job: Job) -> dict[str, Any]:
                         wall_seconds=wall, ran=len(finished))
     summary["run_id"] = job.run_id
     summary["run_dir"] = str(job.run_dir)
+    swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw))
+    if swe is not None:
+        summary["swe"] = {k: swe[k] for k in ("total_instances", "submitted_instances", "completed_instances",
+                                              "resolved_instances", "unresolved_instances", "empty_patch_instances",
+                                              "error_instances") if k in swe}
     job.store.write_summary(summary)
     print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
     return summary
@@ -133,3 +166,13 @@ async def start_demo_server(job: Job):
 
 def _k_values(samples: int) -> tuple[int, ...]:
     return tuple(sorted({1, samples})) if samples > 1 else (1,)
+
+
+def docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+        return True
+    except Exception:  # noqa: BLE001 - no SDK, no daemon, no permission: all mean "not here"
+        return False

@@ -23,6 +23,9 @@ class DatasetConfig(StrictModel):
     """Only task ids matching this regular expression."""
     slice: str | None = None
     """Python-style slice of the (filtered) tasks, e.g. ``"0:10"``."""
+    generate: str | None = None
+    """Dotted path of ``fn(out_dir) -> path`` that (re)writes the dataset before loading (cached by the
+    generator), e.g. ``envs.swe_mini:build`` for the bundled SWE benchmark."""
 
 
 class RunOptions(StrictModel):

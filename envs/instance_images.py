@@ -6,14 +6,15 @@ import json
 import os
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, instance_id, instance_tag
-from envs.images import ImageError, docker_client, image_present, last_lines
+from envs.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
+from envs.images import ImageError, docker_client, ensure_image, image_present, last_lines
 from envs.output import decode
 from rollout.dataset import load_tasks
 from rollout.errors import ConfigError
@@ -168,3 +169,27 @@ def _git(cwd: Path | None, *args: str, check: bool = True) -> str:
         command = next(a for a in args if not a.startswith("-") and "=" not in a)
         raise ImageError(f"git {command} failed: {last_lines(decode(done.stderr), 5)}")
     return decode(done.stdout).strip() if done.returncode == 0 else ""
+
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def ensure_instance_image(task: Task, base: str = DEFAULT_BASE_IMAGE, network: bool = False) -> str:
+    """The task's image tag, built now if it is missing and the row can be built (``repo_path``);
+    otherwise found or pulled by ``ensure_image`` (an ``ImageError`` naming it when neither works).
+    Concurrent rollouts of one instance in this process build it once."""
+    tag = image_for(task, base)
+    with _locks_guard:
+        lock = _locks.setdefault(tag, threading.Lock())
+    with lock:
+        client = docker_client()
+        if image_present(client, tag):
+            return tag
+        if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
+            if not image_present(client, base):
+                ensure_image(base, client)
+            _build_one(task, Path("/"), base, False, network)
+        else:
+            ensure_image(tag, client)
+    return tag

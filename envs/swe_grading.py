@@ -238,7 +238,7 @@ class SweVerifier:
     def __init__(self, config: SweVerifierConfig | Mapping[str, Any] | None = None, *,
                  runtime_factory: Callable[[Task], Runtime] | None = None,
                  patch_of: Callable[[RolloutResult], str | None] = patch_of, log: Callable[[str], Any] | None = None,
-                 **_: Any):
+                 env: Any = None, **_: Any):
         if config is None:
             config = SweVerifierConfig()
         elif not isinstance(config, SweVerifierConfig):
@@ -247,17 +247,33 @@ class SweVerifier:
         self.runtime_factory = runtime_factory
         self.patch_of = patch_of
         self.log = log
+        self.env = env
+        """A SweEnvironment: it knows the rollout's runtime kind and the fallback patch."""
 
     @classmethod
     def from_config(cls, config: SweVerifierConfig | Mapping[str, Any], **deps: Any) -> SweVerifier:
         return cls(config, **deps)
 
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
-        if self.runtime_factory is None:
-            raise VerifierError("the swe verifier has no runtime factory to grade in", retryable=False)
         cfg = self.config
-        factory = self.runtime_factory
-        graded = await grade({"instance_id": task.task_id, **task.data}, self.patch_of(result), lambda: factory(task),
-                             eval_timeout=cfg.eval_timeout, repo_dir=cfg.repo_dir, log=self.log,
+        repo_dir, source = cfg.repo_dir, "submission"
+        if self.env is not None and hasattr(self.env, "fresh_runtime"):
+            patch, source = await self.env.final_patch(self.patch_of(result))
+            repo_dir = self.env.repo_dir_for(task)
+
+            def fresh() -> Runtime:
+                return self.env.fresh_runtime(task)  # never the agent's runtime
+        elif self.runtime_factory is not None:
+            patch, factory = self.patch_of(result), self.runtime_factory
+
+            def fresh() -> Runtime:
+                return factory(task)
+        else:
+            raise VerifierError("the swe verifier has no runtime to grade in", retryable=False)
+        graded = await grade({"instance_id": task.task_id, **task.data}, patch, fresh,
+                             eval_timeout=cfg.eval_timeout, repo_dir=repo_dir, log=self.log,
                              setup_timeout=cfg.setup_timeout, max_log_chars=cfg.max_log_chars)
-        return Reward(value=graded.reward, details=graded.model_dump())
+        details = graded.model_dump()
+        details["patch_source"] = source
+        details["model_patch"] = patch
+        return Reward(value=graded.reward, details=details)

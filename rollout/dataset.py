@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Callable, Any, Iterable
 
 from pydantic import ValidationError
 
@@ -31,8 +31,11 @@ TASK_FIELDS = frozenset(Task.model_fields)
 OWN_FIELDS = ("task_id", "prompt", "messages", "metadata")
 
 
-def load_tasks(path: str | Path) -> list[Task]:
-    """Tasks from a ``.json`` file holding a list, or from JSONL (one object per line, blanks skipped)."""
+def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None) -> list[Task]:
+    """Tasks from a ``.json`` file holding a list, or from JSONL (one object per line, blanks skipped).
+
+    ``row_check(task)`` may raise ValueError/TypeError naming a field; the error gets the line number.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -43,6 +46,12 @@ def load_tasks(path: str | Path) -> list[Task]:
     seen: dict[str, int] = {}
     for line, row in rows:
         task = _task(row, line, path)
+        _resolve_paths(task, path.parent)
+        if row_check is not None:
+            try:
+                row_check(task)
+            except (ValueError, TypeError) as exc:
+                _fail(path, line, f"task {task.task_id!r}: {exc}")
         if task.task_id in seen:
             _fail(path, line, f"duplicate task id {task.task_id!r} (first on line {seen[task.task_id]})")
         seen[task.task_id] = line
@@ -50,6 +59,17 @@ def load_tasks(path: str | Path) -> list[Task]:
     if not tasks:
         raise ConfigError("dataset holds no tasks", str(path))
     return tasks
+
+
+PATH_FIELDS = ("repo_path",)
+"""Fields holding a path relative to the dataset file (made absolute on load)."""
+
+
+def _resolve_paths(task: Task, base: Path) -> None:
+    for name in PATH_FIELDS:
+        value = task.data.get(name)
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            task.data[name] = str((base / value).resolve())
 
 
 def select(

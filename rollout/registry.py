@@ -79,6 +79,7 @@ ENVIRONMENTS = Registry(
         "tool": "envs.tool_env:ToolEnvironment",
         "step": "envs.step_env:StepEnvironmentAdapter",
         "shell": "envs.shell_env:ShellEnvironment",
+        "swe": "envs.swe_env:SweEnvironment",
     },
 )
 RUNTIMES = Registry(
