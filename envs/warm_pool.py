@@ -18,11 +18,13 @@ log = logging.getLogger(__name__)
 
 
 class WarmPool:
-    def __init__(self, factory: Callable[[], Runtime], size: int):
+    def __init__(self, factory: Callable[[], Runtime], size: int, warmup: str | None = "true"):
         if size < 1:
             raise ValueError("a warm pool needs size >= 1")
         self.factory = factory
         self.size = size
+        self.warmup = warmup
+        """A command run once in each pooled runtime, so the rollout's first command finds the exec path warm."""
         self._ready: collections.deque[Runtime] = collections.deque()
         self._starting: set[asyncio.Task] = set()
         self._closed = False
@@ -44,6 +46,8 @@ class WarmPool:
         runtime = self.factory()
         try:
             await runtime.start()
+            if self.warmup:
+                await runtime.exec(self.warmup, timeout=30)
         except Exception:  # noqa: BLE001 - a failed warm start is logged; the rollout will start cold
             log.warning("warm pool: a runtime failed to start", exc_info=True)
             await _quiet_close(runtime)
