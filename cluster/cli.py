@@ -1,5 +1,5 @@
 """The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout images base|build``,
-``rollout gc`` and ``rollout fake-server``.
+``rollout eval``, ``rollout gc`` and ``rollout fake-server``.
 
 Exit codes: 0 done; 2 bad config, dataset or a changed run (one line naming the field, before
 any work); 130 interrupted (re-run the same command to resume).
@@ -29,6 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     images = sub.add_parser("images", help="build container images offline: the base image, per-instance images",
                             add_help=False)
     images.add_argument("rest", nargs=argparse.REMAINDER, help="base [--tag T] [--force] | build DATASET [...]")
+
+    gc = sub.add_parser("gc", help="remove containers left behind by dead runs (labelled rollout-farm.run)")
+    gc.add_argument("--run", dest="run_id", default=None, help="only this run id")
+    gc.add_argument("--older-than", default=None, help="only containers older than this, e.g. 30m, 2h, 1d")
+    gc.add_argument("--engine", choices=["docker", "podman"], default="docker")
+    gc.add_argument("--force", action="store_true", help="also remove containers of processes still alive")
 
     fake = sub.add_parser("fake-server", help="serve scripted policies as an OpenAI-compatible endpoint")
     fake.add_argument("--host", default="127.0.0.1")
@@ -82,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "gc":
+            from envs.containers import run_gc
+
+            return run_gc(args.run_id, args.older_than, args.engine, args.force)
         return cmd_fake_server(args)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)

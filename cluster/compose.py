@@ -85,6 +85,15 @@ class Composer:
         self.tasks: dict[str, Task] = {}
         self.bind_tasks(tasks)
 
+    def container_engines(self) -> set[str]:
+        """Container engines the profiles' runtimes use (their leftovers are reaped at a run's start)."""
+        engines = set()
+        for profile in self.profiles.values():
+            if profile.runtime is not None and hasattr(profile.runtime.config, "engine"):
+                cfg = profile.runtime.config
+                engines.add(cfg.engine or ("podman" if cfg.type == "podman" else "docker"))
+        return engines
+
     def row_check(self) -> Callable[[Task], None] | None:
         """The dataset row checks of every environment in use (``check_row`` of its module), or None."""
         checks = []

@@ -112,6 +112,7 @@ async def execute(job: Job) -> dict[str, Any]:
     finished: list[RolloutResult] = []
     t0 = time.perf_counter()
     try:
+        reap_leftovers(job)
         if job.plan.todo:
             base_url = None
             if job.config.fake_server is not None:
@@ -134,6 +135,9 @@ async def execute(job: Job) -> dict[str, Any]:
         else:
             say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
     finally:
+        from envs.warm_pool import close_all
+
+        await close_all()
         if server is not None:
             await server.stop()
         job.store.close()
@@ -166,6 +170,17 @@ async def start_demo_server(job: Job):
 
 def _k_values(samples: int) -> tuple[int, ...]:
     return tuple(sorted({1, samples})) if samples > 1 else (1,)
+
+
+def reap_leftovers(job: Job) -> None:
+    """Containers an earlier, dead attempt of this run left behind (a SIGKILL skips every cleanup)."""
+    from envs.containers import remove_leftovers
+
+    for engine in sorted(job.composer.container_engines()):
+        removed = remove_leftovers(job.run_id, engine)
+        if removed:
+            print(f"removed {len(removed)} {engine} container(s) left by an earlier attempt of {job.run_id}",
+                  file=job.out, flush=True)
 
 
 def docker_answers() -> bool:

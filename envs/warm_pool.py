@@ -74,8 +74,8 @@ class WarmPool:
     async def close(self) -> None:
         """Stop refilling and close every runtime not handed out."""
         self._closed = True
-        for task in list(self._starting):
-            task.cancel()
+        # Not cancelled: a start half done in a worker thread would leave its container behind. Each
+        # finishing start sees the pool closed and closes its runtime.
         await asyncio.gather(*self._starting, return_exceptions=True)
         while self._ready:
             await _quiet_close(self._ready.popleft())

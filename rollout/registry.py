@@ -88,6 +88,7 @@ RUNTIMES = Registry(
         "null": "envs.null_runtime:NullRuntime",
         "local": "envs.local_runtime:LocalRuntime",
         "docker": "envs.docker_runtime:DockerRuntime",
+        "podman": "envs.docker_runtime:DockerRuntime",
         "apptainer": "envs.apptainer_runtime:ApptainerRuntime",
     },
 )

@@ -9,6 +9,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "local_demo.yaml"
 DEMO_ROLLOUTS = 16  # 8 tasks x 2 samples
@@ -146,3 +148,31 @@ def test_fake_server_command_serves_scripted_policies(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.docker
+def test_gc_removes_the_containers_of_a_sigkilled_process(base_image, tmp_path):
+    run_id = f"gc-cli-{os.getpid()}"
+    code = (
+        "import asyncio, sys\n"
+        "from envs.docker_runtime import DockerRuntime\n"
+        "async def main():\n"
+        f"    rts = [DockerRuntime({{'image': {base_image!r}}}, run_id={run_id!r}, rollout_id=f'r{{i}}') for i in range(5)]\n"
+        "    await asyncio.gather(*(r.start() for r in rts))\n"
+        "    print('ready', flush=True)\n"
+        "    await asyncio.sleep(600)\n"
+        "asyncio.run(main())\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=rollout-farm.run={run_id}"],
+                            capture_output=True, text=True).stdout.split()
+    assert len(listed) == 5  # SIGKILL skipped every cleanup
+    out = rollout(tmp_path, "gc", "--run", run_id)
+    assert out.returncode == 0 and "5 container(s) removed" in out.stdout
+    assert subprocess.run(["docker", "ps", "-aq", "--filter", f"label=rollout-farm.run={run_id}"],
+                          capture_output=True, text=True).stdout.split() == []

@@ -72,3 +72,33 @@ def test_pools_are_per_key_and_close_all_empties_them():
             await a.acquire()
 
     asyncio.run(main())
+
+
+@pytest.mark.docker
+def test_docker_runtime_takes_started_containers_from_its_warm_pool(base_image):
+    import subprocess
+
+    from envs.docker_runtime import DockerRuntime
+
+    async def main():
+        config = {"image": base_image, "warm_pool": 2}
+        first = DockerRuntime(config, run_id="pool-test", rollout_id="a")
+        await first.start()  # the pool is empty yet: a cold start, and the pool begins to fill
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if sum(p.ready for p in __import__("envs.warm_pool").warm_pool._pools.values()) >= 2:
+                break
+        second = DockerRuntime(config, run_id="pool-test", rollout_id="b")
+        await second.start()
+        assert "-pool-" in second.name and second.container_id != first.container_id
+        assert (await second.exec("echo warm")).output == "warm\n"
+        await first.close()
+        await second.close()
+        return await close_all()
+
+    stats = asyncio.run(main())
+    (hits_misses,) = stats.values()
+    assert hits_misses == {"hits": 1, "misses": 1}
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=rollout-farm.run=pool-test"],
+                          capture_output=True, text=True).stdout.split()
+    assert left == []  # the pool's idle containers went with it
