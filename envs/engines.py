@@ -146,6 +146,7 @@ def _start_podman_service(path: str) -> None:
                     stdout=log,
                     stderr=log,
                     start_new_session=True,  # outlives us, like a socket-activated service; not hit by our ^C
+                    cwd=os.path.dirname(path),  # conmon drops files (an "oom" marker) into its cwd
                 )
         except OSError as exc:
             raise ContainerStartError(f"cannot start the podman API service: {exc}", False) from exc
