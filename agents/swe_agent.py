@@ -22,6 +22,8 @@ from rollout.termination import Limits
 
 
 class MiniSweAgentConfig(Limits):
+    max_steps: int | None = Field(default=250, ge=1)
+    """Model calls per rollout (NeMo Gym's Mini SWE default); None for no limit."""
     type: str = "mini_swe"
     system_template: str = swe_prompts.SYSTEM_TEMPLATE
     instance_template: str = swe_prompts.INSTANCE_TEMPLATE

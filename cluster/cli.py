@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
                             add_help=False)
     images.add_argument("rest", nargs=argparse.REMAINDER, help="base [--tag T] [--force] | build DATASET [...]")
 
+    sub.add_parser("eval", help="grade a predictions file against a SWE dataset (rollout eval --help)", add_help=False)
+
     gc = sub.add_parser("gc", help="remove containers left behind by dead runs (labelled rollout-farm.run)")
     gc.add_argument("--run", dest="run_id", default=None, help="only this run id")
     gc.add_argument("--older-than", default=None, help="only containers older than this, e.g. 30m, 2h, 1d")
@@ -84,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         from cluster import images_cli
 
         return images_cli.main(argv[1:])
+    if argv[:1] == ["eval"]:
+        from cluster import eval_cli
+
+        return eval_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":

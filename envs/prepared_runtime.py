@@ -107,8 +107,8 @@ def _prepare_script(source: str, dest: str, commit: str, scratch: str | None) ->
         "git remote remove origin",
         # Refs the base cannot reach would show the fix: delete them, then their objects (only then: gc costs).
         "future=$(git for-each-ref --no-merged \"$full\" --format='%(refname)')",
-        'if [ -n "$future" ]; then for ref in $future; do git update-ref -d "$ref"; done;'
-        " git reflog expire --expire=now --all; git gc -q --prune=now; fi",
+        ('if [ -n "$future" ]; then for ref in $future; do git update-ref -d "$ref"; done;'
+         " git reflog expire --expire=now --all; git gc -q --prune=now; fi"),
         f"git config user.name >/dev/null || git config user.name {q(name)}",
         f"git config user.email >/dev/null || git config user.email {q(email)}",
     ]
@@ -125,7 +125,7 @@ def _bundle_bytes(repo_path: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="rollout-bundle-") as tmp:
         out = os.path.join(tmp, "repo.bundle")
         done = subprocess.run(["git", "-c", "safe.directory=*", "bundle", "create", "-q", out, "--all"],
-                              cwd=repo_path, capture_output=True, timeout=600)
+                              check=False, cwd=repo_path, capture_output=True, timeout=600)
         if done.returncode != 0:
             raise ContainerStartError(f"cannot bundle {repo_path}: {decode(done.stderr)[-1000:]}", retryable=False)
         with open(out, "rb") as f:

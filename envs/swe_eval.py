@@ -13,8 +13,16 @@ from typing import Any, Literal
 from envs.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for
 from envs.prepared_runtime import PreparedRepoRuntime
 from envs.swe_grading import grade
-from envs.swe_reports import (KEY_MODEL, KEY_PREDICTION, Grade, instance_log_dir, load_predictions, run_summary,
-                              write_instance_report, write_run_report)
+from envs.swe_reports import (
+    KEY_MODEL,
+    KEY_PREDICTION,
+    Grade,
+    instance_log_dir,
+    load_predictions,
+    run_summary,
+    write_instance_report,
+    write_run_report,
+)
 from rollout.dataset import load_tasks
 from rollout.errors import ConfigError
 from rollout.protocols import Runtime

@@ -155,8 +155,8 @@ def test_docker_grading_of_two_instances(mini, tmp_path, base_image):
 
 def run_cli(*args, home: Path):
     code = "from cluster.eval_cli import main; raise SystemExit(main(__import__('sys').argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "ROLLOUT_HOME": str(home)}, timeout=240)
+    return subprocess.run([sys.executable, "-c", code, *args], check=False, capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "ROLLOUT_HOME": str(home)}, timeout=240)
 
 
 def test_eval_command(mini, tmp_path):

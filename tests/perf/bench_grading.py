@@ -1,0 +1,102 @@
+"""Grading overhead per instance of the bundled mini benchmark: our grader vs the bare test run.
+
+    python tests/perf/bench_grading.py [--repeat 3] [--only rle roman] [--base rollout-farm/base:bookworm]
+
+For each instance (images built first if missing), side by side, one at a time, medians of ``--repeat``:
+
+- grading: ``envs.swe_grading.grade`` of the gold patch in a fresh DockerRuntime of the instance image
+  (start, patch ladder, test reset, test patch, tests, log read back, container removed);
+- bare: the docker CLI, ``docker run --rm -i --network none <image> bash -c "git apply - && <test_cmd>"``
+  with the gold and test patches on stdin, so both run the same tests in a fresh container of the same image.
+
+Target: grading <= 1.3x bare, per instance and overall (sum of medians). "extra s" is the grader's fixed
+cost per instance (sequential engine round trips of ~60 ms each): with these sub-second test runs it
+dominates the ratio; with the minutes SWE-bench suites take, the same seconds are a few percent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from envs.docker_runtime import DockerRuntime
+from envs.image_names import DEFAULT_BASE_IMAGE, image_for
+from envs.instance_images import build_instance_images
+from envs.swe_grading import grade
+from envs.swe_mini import build
+
+RUN_ID = "bench-grading"
+TARGET = 1.3
+
+
+def bare(row: dict, image: str) -> float:
+    patches = row["patch"] + row["test_patch"]  # disjoint files: one patch git applies at once
+    argv = ["docker", "run", "--rm", "-i", "--network", "none", "--label", f"rollout-farm.run={RUN_ID}", image,
+            "bash", "-c", f"git apply - && {row['test_cmd']}"]
+    began = time.perf_counter()
+    done = subprocess.run(argv, check=False, input=patches.encode(), capture_output=True)
+    seconds = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"{row['instance_id']}: the bare run failed:\n{done.stdout.decode()[-2000:]}")
+    return seconds
+
+
+async def graded(row: dict, image: str) -> tuple[float, dict[str, float]]:
+    def fresh() -> DockerRuntime:
+        return DockerRuntime({"image": image, "workdir": "/testbed"}, run_id=RUN_ID, rollout_id="grade")
+
+    began = time.perf_counter()
+    result = await grade(row, row["patch"], fresh, eval_timeout=300)
+    seconds = time.perf_counter() - began
+    if not result.resolved:
+        raise SystemExit(f"{row['instance_id']}: the gold patch did not resolve:\n{result.test_output[-2000:]}")
+    return seconds, result.durations
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side per instance (medians)")
+    parser.add_argument("--only", nargs="+", default=None, help="instance directory names (default: all)")
+    parser.add_argument("--base", default=DEFAULT_BASE_IMAGE, help="base image of the instance images")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
+        dataset = build(tmp, args.only)
+        report = build_instance_images(dataset, base=args.base, progress=lambda line: None)
+        if report.failed:
+            raise SystemExit(f"image builds failed: {report.failed}")
+        rows = [json.loads(line) for line in dataset.read_text().splitlines()]
+        print(f"{'instance':<22} {'bare s':>7} {'grading s':>9} {'extra s':>7} {'ratio':>6}   grading phases (median s)")
+        totals = [0.0, 0.0]
+        worst = 0.0
+        for row in rows:
+            image = image_for(row, args.base)
+            bare_runs, grade_runs, phases = [], [], []
+            for turn in range(args.repeat):  # alternate which side goes first: the machine warms up
+                if turn % 2:
+                    grade_runs.append(asyncio.run(graded(row, image)))
+                    bare_runs.append(bare(row, image))
+                else:
+                    bare_runs.append(bare(row, image))
+                    grade_runs.append(asyncio.run(graded(row, image)))
+            b = statistics.median(bare_runs)
+            g = statistics.median(s for s, _ in grade_runs)
+            phases = {k: statistics.median(d[k] for _, d in grade_runs) for k in grade_runs[0][1]}
+            totals[0] += b
+            totals[1] += g
+            worst = max(worst, g / b)
+            shown = " ".join(f"{k} {v:.2f}" for k, v in phases.items())
+            print(f"{row['instance_id']:<22} {b:7.2f} {g:9.2f} {g - b:7.2f} {g / b:5.2f}x   {shown}", flush=True)
+        overall = totals[1] / totals[0]
+        print(f"{'overall (sum)':<22} {totals[0]:7.2f} {totals[1]:9.2f} {totals[1] - totals[0]:7.2f} {overall:5.2f}x   "
+              f"worst instance {worst:.2f}x; target <= {TARGET}x: {'met' if overall <= TARGET else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
