@@ -64,7 +64,9 @@ def prepare(
     config = validate(RunConfig, raw)
     run_id = config.run_id or Path(paths[0]).stem
     dataset_path = Path(config.dataset.path).expanduser()
-    if not dataset_path.is_absolute():
+    if config.dataset.path.startswith("hf://"):
+        dataset_path = config.dataset.path  # a hub dataset: no file to resolve
+    elif not dataset_path.is_absolute():
         dataset_path = (Path(paths[0]).resolve().parent / dataset_path).resolve()
     composer = Composer(config)
     if config.dataset.generate:

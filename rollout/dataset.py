@@ -36,12 +36,15 @@ def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None
 
     ``row_check(task)`` may raise ValueError/TypeError naming a field; the error gets the line number.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read dataset: {getattr(exc, 'strerror', None) or exc}", str(path)) from None
-    rows = _json_list_rows(text, path) if path.suffix == ".json" else _jsonl_rows(text, path)
+    if str(path).startswith(HF_PREFIX):
+        rows, path = _hf_rows(str(path)), Path(str(path))
+    else:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read dataset: {getattr(exc, 'strerror', None) or exc}", str(path)) from None
+        rows = _json_list_rows(text, path) if path.suffix == ".json" else _jsonl_rows(text, path)
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for line, row in rows:
@@ -59,6 +62,26 @@ def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None
     if not tasks:
         raise ConfigError("dataset holds no tasks", str(path))
     return tasks
+
+
+HF_PREFIX = "hf://"
+"""``hf://<name>[:<split>]`` names a Hugging Face dataset (needs the optional ``datasets`` package and the hub)."""
+
+
+def _hf_rows(spec: str) -> list[tuple[int, Any]]:
+    """Rows of a hub dataset, numbered from 1 like lines, so errors point at a row."""
+    name, _, split = spec[len(HF_PREFIX):].partition(":")
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError("a Hugging Face dataset needs the optional `datasets` package: pip install datasets",
+                          spec) from None
+    try:
+        rows = datasets.load_dataset(name, split=split or "test")
+    except Exception as exc:  # noqa: BLE001 - offline, unknown name, bad split: one line for the user
+        raise ConfigError(f"cannot load {name!r} (split {split or 'test'!r}) from the Hugging Face hub: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", spec) from None
+    return [(i, dict(row)) for i, row in enumerate(rows, start=1)]
 
 
 PATH_FIELDS = ("repo_path",)

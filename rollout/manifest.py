@@ -106,7 +106,10 @@ def build_manifest(config: dict[str, Any], dataset_path: str | Path | None, seed
     dataset = None
     if dataset_path is not None:
         path = Path(dataset_path)
-        dataset = {"path": str(path.resolve()), "hash": dataset_hash(path) if path.is_file() else None}
+        if str(dataset_path).startswith("hf://"):
+            dataset = {"path": str(dataset_path), "hash": None}
+        else:
+            dataset = {"path": str(path.resolve()), "hash": dataset_hash(path) if path.is_file() else None}
     return {
         "package": "rollout-farm",
         "version": _version("rollout-farm") or "unknown",

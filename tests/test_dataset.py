@@ -125,3 +125,15 @@ def test_dataset_hash_follows_the_bytes(tmp_path):
     assert len(first) == 16 and first == dataset_hash(path)
     write_jsonl(path, [{"task_id": "b"}])
     assert dataset_hash(path) != first
+
+
+def test_hugging_face_dataset_without_the_hub_is_a_clear_error(monkeypatch):
+    from rollout.dataset import load_tasks as load
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(ConfigError) as err:
+        load("hf://princeton-nlp/SWE-bench_Lite:test")
+    text = str(err.value)
+    assert text.startswith("hf://princeton-nlp/SWE-bench_Lite:test:")
+    assert "datasets" in text or "Hugging Face hub" in text
