@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from envs.host_files import read_host_file, write_host_file
 from envs.apptainer_images import ensure_sif, find_binary
 from envs.process import failure_reason, kill_group, run_capped
 from rollout.config import StrictModel, validate
@@ -226,9 +227,9 @@ class ApptainerRuntime:
         """Write ``data`` to ``path`` (relative to ``workdir``, or absolute in the container), creating parents."""
         inside, host = self._locate(path)
         if host is not None:
-            return await asyncio.to_thread(_write, host, bytes(data))
+            return await asyncio.to_thread(write_host_file, host, bytes(data))
         staged, staged_inside = self._staging()
-        await asyncio.to_thread(_write, staged, bytes(data))
+        await asyncio.to_thread(write_host_file, staged, bytes(data))
         try:
             q = shlex.quote
             result = await self.exec(f"mkdir -p {q(posixpath.dirname(inside))} && cat {q(staged_inside)} > {q(inside)}")
@@ -242,7 +243,7 @@ class ApptainerRuntime:
         """The bytes at ``path``; ``FileNotFoundError`` if there is none."""
         inside, host = self._locate(path)
         if host is not None:
-            return await asyncio.to_thread(_read, host)
+            return await asyncio.to_thread(read_host_file, host)
         staged, staged_inside = self._staging()
         try:
             q = shlex.quote
@@ -251,7 +252,7 @@ class ApptainerRuntime:
                 raise FileNotFoundError(f"{inside}: no such file in the container")
             if result.returncode != 0:
                 raise OSError(f"cannot read {inside} in the container: {result.output[-_TAIL:]}")
-            return await asyncio.to_thread(_read, staged)
+            return await asyncio.to_thread(read_host_file, staged)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(staged)
@@ -319,14 +320,3 @@ def _stop_leftovers() -> None:
 def _seconds(value: float) -> str:
     """``1.0`` -> ``1``, ``0.25`` -> ``0.25``: what ``timeout`` and ``--cpus`` accept."""
     return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
-
-
-def _read(target: str) -> bytes:
-    with open(target, "rb") as f:
-        return f.read()
-
-
-def _write(target: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-    with open(target, "wb") as f:
-        f.write(data)

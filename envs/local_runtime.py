@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import Field
 
+from envs.host_files import read_host_file, write_host_file
 from envs.process import kill_group, run_capped
 from rollout.config import StrictModel, validate
 from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
@@ -111,12 +112,12 @@ class LocalRuntime:
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (relative to the workspace), creating parent directories."""
         target = os.path.join(self._check_open(), path)
-        await asyncio.to_thread(_write, target, bytes(data))
+        await asyncio.to_thread(write_host_file, target, bytes(data))
 
     async def read_file(self, path: str) -> bytes:
         """The bytes at ``path`` (relative to the workspace); ``FileNotFoundError`` if there is none."""
         target = os.path.join(self._check_open(), path)
-        return await asyncio.to_thread(_read, target)
+        return await asyncio.to_thread(read_host_file, target)
 
     async def close(self) -> None:
         if self._closed:
@@ -135,14 +136,3 @@ class LocalRuntime:
         if not os.path.isdir(self.workspace):
             raise RuntimeFailure(f"the workspace {self.workspace} is gone")
         return self.workspace
-
-
-def _read(target: str) -> bytes:
-    with open(target, "rb") as f:
-        return f.read()
-
-
-def _write(target: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-    with open(target, "wb") as f:
-        f.write(data)
