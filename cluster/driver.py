@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Any, Awaitable, Callable, Protocol, TextIO
+from typing import Awaitable, Callable, Protocol, TextIO
 
 from rollout import events
 from rollout.records import RequestMeta, RolloutResult, Task
@@ -133,6 +133,3 @@ class Driver:
             await asyncio.sleep(self.progress_interval)
             print(f"[{self.run_id}] {self.progress.line()}  in_flight={self.in_flight}", file=self.out, flush=True)
 
-
-def summary_extra(plan: Plan, finished: list[RolloutResult]) -> dict[str, Any]:
-    return {"ran_this_session": len(finished), "skipped_done": plan.done_count, "skipped_final_failed": plan.final_failed_count}
