@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import shlex
 import time
@@ -14,10 +15,10 @@ from typing import Any
 from pydantic import Field
 
 from envs.output import decode
-from envs.pytest_log import END_MARKER, START_MARKER, eval_section
-from envs.swe_patch import diff_paths, in_repo, reset_script
+from envs.pytest_log import eval_section
+from envs.swe_eval_script import INLINE_LIMIT, EvalScript, ScriptRun
 from envs.swe_reports import CATEGORIES, Grade, is_resolved, status_by_category
-from envs.swe_specs import EvalPlan, eval_plan
+from envs.swe_specs import eval_plan
 from rollout.config import StrictModel, validate
 from rollout.errors import VerifierError
 from rollout.protocols import ExecResult, Runtime
@@ -27,9 +28,9 @@ __all__ = ["APPLY_LADDER", "Grade", "SweVerifier", "SweVerifierConfig", "grade",
 
 APPLY_LADDER = ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5 -p1 -i")
 """The harness's commands, most exact first; the first that exits 0 applied the patch."""
-LOG_CAP = 256 * 1024 * 1024
-"""Bytes of test output kept on the runtime's disk (a test printing forever must not fill it)."""
 _GIT = "git -c safe.directory='*'"  # a repository owned by another user (an image's /testbed) is still ours
+_GUARD = 8.0
+"""Seconds past the script's limit after which we stop waiting for a runtime that does not enforce timeouts."""
 
 
 async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_factory: Callable[[], Runtime], *,
@@ -38,14 +39,21 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     """Grade ``model_patch`` for one SWE-bench instance in a new runtime from ``runtime_factory()``
     (started here, always closed), whose repository at ``base_commit`` is in ``repo_dir`` (absolute, or
     relative to the runtime's workdir). Bad instance data or a test patch that does not apply raise
-    ``VerifierError``; a patch that does not apply, failing tests or a timeout are an unresolved Grade."""
+    ``VerifierError``; a patch that does not apply, failing tests or a timeout are an unresolved Grade.
+
+    The work in the runtime is one ``exec`` of an ``envs.swe_eval_script`` script (patches inside): the
+    apply ladder, the test files reset, the test patch, the tests (``setup_timeout`` per preparation step,
+    ``eval_timeout`` for the tests, by ``timeout`` in the runtime; the exec's own limit is a backstop), the
+    log printed last. A script too big for a command line is written to a file first; the log file is read
+    back only when the output was cut short. Scratch files are removed afterwards only where they outlive
+    the runtime (they show up on this host: a local workspace); a container's /tmp goes with it.
+    ``durations``: start, write (if any), apply, reset, tests (by the script's clock), overhead (the rest of
+    the exec: the call, the shells, printing the log), read and cleanup (if any), close, total."""
     say = log or (lambda _msg: None)
     ident = str(task_data.get("instance_id") or task_data.get("task_id") or "")
     expected = {c: _test_list(task_data, c, ident) for c in CATEGORIES}
     if "FAIL_TO_PASS" not in task_data:
         raise VerifierError(f"instance {ident} has no FAIL_TO_PASS tests", retryable=False)
-    base = str(task_data.get("base_commit") or "HEAD")
-    test_patch = str(task_data.get("test_patch") or "")
     result = Grade(instance_id=ident, patch_is_None=model_patch is None,
                    patch_exists=bool(model_patch and model_patch.strip()))
     if not result.patch_exists:
@@ -53,27 +61,32 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         return result
     plan = eval_plan(task_data, ident)
     result.test_cmd = plan.command
+    script = EvalScript(secrets.token_hex(6), model_patch, str(task_data.get("test_patch") or ""),
+                        str(task_data.get("base_commit") or "HEAD"), plan.setup, plan.command, APPLY_LADDER, _GIT,
+                        setup_timeout, eval_timeout)
     began = time.monotonic()
-    scratch = f"/tmp/rollout-grade-{secrets.token_hex(6)}"  # outside the repository, unique per grading
+    mark = _clock(result, began)
     runtime = runtime_factory()
     try:
         await runtime.start()
-        mark = _clock(result, began)
         mark("start")
-        result.apply_method, result.apply_output = await _apply_model_patch(runtime, repo_dir, scratch, model_patch,
-                                                                            setup_timeout)
-        mark("apply")
+        run = ScriptRun(script, await _run(runtime, script, repo_dir, mark), ident)
+        result.durations.update({k: round(v, 3) for k, v in run.phases(mark("exec", keep=False)).items()})
+        result.apply_method, result.apply_output = _applied(run)
         if result.apply_method is None:
             say(f"{ident}: the patch did not apply, unresolved")
             return result
         result.patch_successfully_applied = True
         say(f"{ident}: patch applied with `{result.apply_method}`")
-        await _prepare_tests(runtime, repo_dir, scratch, base, test_patch, setup_timeout, ident)
-        mark("reset")
-        ran, text = await _run_tests(runtime, repo_dir, scratch, plan, eval_timeout)
-        mark("tests")
-        result.timed_out, result.test_returncode = ran.timed_out, None if ran.timed_out else ran.returncode
-        if ran.timed_out:
+        _check_tests_prepared(run)
+        tests = run.steps.get("tests")
+        if tests is None or (tests.returncode is None and not run.ran.timed_out):
+            raise run.stopped("before the tests" if tests is None else "while the tests ran")
+        # Still running when the exec's backstop fired, or stopped by the in-container timeout.
+        result.timed_out = tests.returncode is None or tests.stopped(eval_timeout)
+        result.test_returncode = None if result.timed_out else tests.returncode
+        text = await _log(runtime, run, mark)
+        if result.timed_out:
             text += f"\n\nTimeout error: {eval_timeout:g} seconds exceeded.\n"
         result.test_statuses = plan.parse(eval_section(text)) or plan.parse(text)  # the harness's fallback
         result.test_output = text if len(text) <= max_log_chars else "[... cut ...]\n" + text[-max_log_chars:]
@@ -84,115 +97,91 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         return result
     finally:
         try:
-            await _remove_scratch(runtime, scratch)
+            if os.path.exists(script.scratch) or os.path.exists(script.path):  # on this host: nothing else removes it
+                await _remove_scratch(runtime, script)
+                mark("cleanup")
         finally:
-            result.durations["total"] = round(time.monotonic() - began, 3)
             await runtime.close()
+            mark("close")
+            result.durations["total"] = round(time.monotonic() - began, 3)
 
 
-async def _remove_scratch(runtime: Runtime, scratch: str) -> None:
-    """Best effort: a container goes away with its files, but a local runtime's /tmp is the host's."""
-    with contextlib.suppress(Exception):  # a runtime that never started or already died has nothing to clean
-        await runtime.exec(f"rm -rf {scratch}", timeout=60)
+async def _run(runtime: Runtime, script: EvalScript, repo_dir: str, mark: Callable[..., float]) -> ExecResult:
+    """The script's one exec. Plain bash, as the harness runs its eval script: the runtime's own shell (a
+    login shell in containers) already set the environment up, and a login shell would reset PATH (and so
+    a virtualenv) on a host."""
+    text = script.text()
+    command = f"bash -c {shlex.quote(text)} rollout-grade"
+    if len(command.encode()) > INLINE_LIMIT:
+        await runtime.write_file(script.path, text.encode())
+        mark("write")
+        command = f"bash {shlex.quote(script.path)}"
+    try:
+        return await asyncio.wait_for(runtime.exec(command, timeout=script.limit, cwd=repo_dir),
+                                      script.limit + _GUARD)
+    except asyncio.TimeoutError:
+        return ExecResult(output="", returncode=-1, timed_out=True, duration=script.limit + _GUARD)
 
 
-def _clock(result: Grade, began: float) -> Callable[[str], None]:
-    last = [began]
-
-    def mark(phase: str) -> None:
-        now = time.monotonic()
-        result.durations[phase] = round(now - last[0], 3)
-        last[0] = now
-
-    return mark
-
-
-async def _apply_model_patch(runtime: Runtime, repo_dir: str, scratch: str, patch: str,
-                             timeout: float) -> tuple[str | None, str]:
-    """(the ladder command that applied the patch, or None; what the attempts printed). A failed
-    attempt is undone before the next, so each starts from the original tree."""
-    if not patch.endswith("\n"):
-        patch += "\n"  # a patch whose last line lost its newline is corrupt to git apply
-    path = f"{scratch}/model.patch"
-    await runtime.write_file(path, patch.encode("utf-8", errors="replace"))
-    touched = diff_paths(patch)
-    saved: dict[str, bytes | None] | None = None
+def _applied(run: ScriptRun) -> tuple[str | None, str]:
+    """(the ladder command that applied the patch, or None; what the attempts printed)."""
+    run.require("unpack")
     outputs = []
-    for number, command in enumerate(APPLY_LADDER):
-        if number > 0:
-            if saved is None:  # the first attempt is atomic: only later ones can leave half a patch behind
-                saved = {p: await _read_or_none(runtime, in_repo(repo_dir, p)) for p in touched}
-            else:
-                await _restore(runtime, repo_dir, saved, timeout)
-        done = await _checked(runtime, f"{command.replace('git ', _GIT + ' ', 1)} {shlex.quote(path)}", repo_dir,
-                              timeout)
-        outputs.append(f"$ {command}\n{done.output}")
-        if done.returncode == 0:
+    for number, command in enumerate(APPLY_LADDER, 1):
+        if number > 1:
+            run.require("save" if number == 2 else "restore")
+        attempt = run.require(f"apply{number}", failing_ok=True)
+        outputs.append(f"$ {command}\n{attempt.output}")
+        if attempt.returncode == 0:
             return command, "\n".join(outputs)
     return None, "\n".join(outputs)
 
 
-async def _read_or_none(runtime: Runtime, path: str) -> bytes | None:
-    try:
-        return await runtime.read_file(path)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-
-
-async def _restore(runtime: Runtime, repo_dir: str, saved: dict[str, bytes | None], timeout: float) -> None:
-    """Put the files a patch touched back as they were, and drop the ``.rej`` / ``.orig`` files it left."""
-    leftovers = [f"{p}{suffix}" for p in saved for suffix in ("", ".rej", ".orig")]
-    if leftovers:
-        await _checked(runtime, "rm -rf -- " + " ".join(shlex.quote(p) for p in leftovers), repo_dir, timeout)
-    for path, data in saved.items():
-        if data is not None:
-            await runtime.write_file(in_repo(repo_dir, path), data)
-
-
-async def _prepare_tests(runtime: Runtime, repo_dir: str, scratch: str, base: str, test_patch: str,
-                         timeout: float, ident: str) -> None:
+def _check_tests_prepared(run: ScriptRun) -> None:
     """Test files as at ``base`` (whatever the model did to them), then the test patch on top."""
-    if not test_patch.strip():
+    script = run.script
+    if not script.test_patch.strip():
         return
-    reset = await _checked(runtime, reset_script(diff_paths(test_patch), base, git=_GIT), repo_dir, timeout)
+    reset = run.require("reset", failing_ok=True)
     if reset.returncode != 0:
-        raise VerifierError(f"instance {ident}: resetting the test files to {base} failed:\n{reset.output[-2000:]}")
-    path = f"{scratch}/test.patch"
-    await runtime.write_file(path, (test_patch if test_patch.endswith("\n") else test_patch + "\n").encode())
-    applied = await _checked(runtime, f"{_GIT} apply --verbose {shlex.quote(path)}", repo_dir, timeout)
+        raise VerifierError(f"instance {run.ident}: resetting the test files to {script.base} failed:\n"
+                            f"{reset.output[-2000:]}")
+    applied = run.require("test_patch", failing_ok=True)
     if applied.returncode != 0:
-        raise VerifierError(f"instance {ident}: the test patch does not apply:\n{applied.output[-2000:]}",
+        raise VerifierError(f"instance {run.ident}: the test patch does not apply:\n{applied.output[-2000:]}",
                             retryable=False)
 
 
-async def _run_tests(runtime: Runtime, repo_dir: str, scratch: str, plan: EvalPlan,
-                     timeout: float) -> tuple[ExecResult, str]:
-    """Run the test command (in bash, in the repository, between the harness's markers) with its
-    output in a file, so the runtime's output cap never cuts a long log; return the run and the whole log."""
-    body = (f'cd -- "$1" || exit 2\n{plan.setup}\necho {shlex.quote(START_MARKER)}\n{plan.command}\nrc=$?\n'
-            f'echo {shlex.quote(END_MARKER)}\nexit $rc\n')
-    await runtime.write_file(f"{scratch}/eval.sh", body.encode("utf-8", errors="replace"))
-    out = f"{scratch}/test_output.txt"
-    # Plain bash, as the harness runs its eval script: the runtime's own shell (a login shell in containers)
-    # already set the environment up, and a login shell here would reset PATH (and so a virtualenv) on a host.
-    command = f'set -o pipefail; bash {scratch}/eval.sh "$PWD" 2>&1 | head -c {LOG_CAP} > {out}'
+async def _log(runtime: Runtime, run: ScriptRun, mark: Callable[..., float]) -> str:
+    """The test log as printed; read back from its file when the output was cut before its end."""
+    printed = run.steps.get("log")
+    if printed is not None and printed.returncode == 0:
+        return printed.output
     try:
-        # The runtime enforces the timeout; the extra seconds only guard against a runtime that does not.
-        ran = await asyncio.wait_for(runtime.exec(command, timeout=timeout, cwd=repo_dir), timeout + 8)
-    except asyncio.TimeoutError:
-        ran = ExecResult(output="", returncode=-1, timed_out=True, duration=timeout + 8)
-    try:
-        text = decode(await asyncio.wait_for(runtime.read_file(out), 60))
+        text = decode(await asyncio.wait_for(runtime.read_file(run.script.log_path), 60))
     except (FileNotFoundError, asyncio.TimeoutError):
-        text = ran.output
-    return ran, text
+        text = printed.output if printed is not None else ""
+    mark("read")
+    return text
 
 
-async def _checked(runtime: Runtime, command: str, repo_dir: str, timeout: float) -> ExecResult:
-    done = await runtime.exec(command, timeout=timeout, cwd=repo_dir)
-    if done.timed_out:
-        raise VerifierError(f"`{command.splitlines()[0]}` took more than {timeout:g}s in the grading runtime")
-    return done
+async def _remove_scratch(runtime: Runtime, script: EvalScript) -> None:
+    with contextlib.suppress(Exception):  # a runtime that never started or already died has nothing to clean
+        await runtime.exec(f"rm -rf -- {shlex.quote(script.scratch)} {shlex.quote(script.path)}", timeout=60)
+
+
+def _clock(result: Grade, began: float) -> Callable[..., float]:
+    last = [began]
+
+    def mark(phase: str, keep: bool = True) -> float:
+        """Seconds since the previous mark, recorded under ``phase`` unless ``keep`` is false."""
+        now = time.monotonic()
+        seconds, last[0] = now - last[0], now
+        if keep:
+            result.durations[phase] = round(seconds, 3)
+        return seconds
+
+    return mark
 
 
 def _test_list(task_data: Mapping[str, Any], key: str, ident: str) -> list[str]:

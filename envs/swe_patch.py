@@ -56,6 +56,40 @@ def reset_script(paths: list[str], base: str, git: str = "git") -> str:
     )
 
 
+def save_script(paths: list[str], backup: str) -> str:
+    """Shell lines that copy each path that exists (file, link or directory, mode kept) to the same path
+    under ``backup``, so ``restore_script`` can put the tree back. Exits non-zero if a copy fails."""
+    if not paths:
+        return "true"
+    return (
+        f"b={shlex.quote(backup)}\n"
+        f"for p in {' '.join(shlex.quote(p) for p in paths)}; do\n"
+        '  if [ -e "$p" ] || [ -L "$p" ]; then\n'
+        '    case $p in */*) mkdir -p -- "$b/${p%/*}" || exit 1 ;; *) mkdir -p -- "$b" || exit 1 ;; esac\n'
+        '    cp -a -- "$p" "$b/$p" || exit 1\n'
+        '  fi\n'
+        'done'
+    )
+
+
+def restore_script(paths: list[str], backup: str) -> str:
+    """Shell lines that undo a patch attempt on ``paths``: each removed with the ``.rej`` / ``.orig`` files
+    an attempt leaves, then put back from ``backup`` if ``save_script`` found it. Exits non-zero on failure."""
+    if not paths:
+        return "true"
+    leftovers = " ".join(shlex.quote(f"{p}{suffix}") for p in paths for suffix in ("", ".rej", ".orig"))
+    return (
+        f"rm -rf -- {leftovers} || exit 1\n"
+        f"b={shlex.quote(backup)}\n"
+        f"for p in {' '.join(shlex.quote(p) for p in paths)}; do\n"
+        '  if [ -e "$b/$p" ] || [ -L "$b/$p" ]; then\n'
+        '    case $p in */*) mkdir -p -- "${p%/*}" || exit 1 ;; esac\n'
+        '    cp -a -- "$b/$p" "$p" || exit 1\n'
+        '  fi\n'
+        'done'
+    )
+
+
 def in_repo(repo_dir: str, path: str) -> str:
     """``path`` inside the repository, as a runtime path (absolute, or relative to the runtime's workdir)."""
     return posixpath.join(repo_dir, path) if repo_dir not in ("", ".") else path

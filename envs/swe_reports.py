@@ -48,7 +48,8 @@ class Grade(Record):
     test_statuses: dict[str, str] = Field(default_factory=dict)
     """Test id → status parsed from the whole log."""
     durations: dict[str, float] = Field(default_factory=dict)
-    """Seconds per phase: start, apply, reset, tests, total."""
+    """Seconds per phase: start, write (big scripts only), apply, reset, tests, overhead, read and cleanup
+    (when they happen), close, total."""
 
     @property
     def completed(self) -> bool:

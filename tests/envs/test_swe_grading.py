@@ -333,3 +333,129 @@ def test_rows_without_test_cmd_use_the_swebench_specs():
     for row in ({"repo": "pytest-dev/pytest", "version": "0.0"}, {"repo": "example/unknown", "version": "1"}):
         with pytest.raises(VerifierError, match="no spec"):
             swebench_plan({**row, "test_patch": test_patch}, "x")
+
+
+class Recording:
+    """Passes every call on to ``inner`` and notes what the grader asked of the runtime once started."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def exec(self, command, timeout=None, cwd=None, env=None):
+        self.calls.append(("exec", command))
+        return await self.inner.exec(command, timeout=timeout, cwd=cwd, env=env)
+
+    async def write_file(self, path, data):
+        self.calls.append(("write_file", path))
+        await self.inner.write_file(path, data)
+
+    async def read_file(self, path):
+        self.calls.append(("read_file", path))
+        return await self.inner.read_file(path)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def recorded_grade(instance, patch, tmp_path, runtime_config=None):
+    """Grade in a recorded local workspace: (the grade, the runtime calls of the grader)."""
+    root, seen = tmp_path / "workspaces", []
+
+    def make():
+        inner = LocalRuntime({"root": str(root), "timeout": 60, **(runtime_config or {})}, trusted_model=True)
+        seen.append(Recording(ClonedRepo(inner, instance["bundle"], instance["base_commit"], "repo", "src.bundle")))
+        return seen[-1]
+
+    graded = asyncio.run(grade(instance, patch, make, repo_dir="repo"))
+    [runtime] = seen
+    return graded, runtime.calls
+
+
+def removed_scratch(calls) -> list[str]:
+    """The paths the grader's last command removed, checked gone from this host (a local workspace's /tmp is ours)."""
+    kind, command = calls[-1]
+    words = shlex.split(command)
+    assert kind == "exec" and words[:3] == ["rm", "-rf", "--"], calls
+    assert not any(os.path.exists(p) for p in words[3:]), words
+    return words[3:]
+
+
+def test_grading_is_one_command_and_cleans_a_host_workspace(instance, tmp_path):
+    graded, calls = recorded_grade(instance, instance["patch"], tmp_path)
+    assert graded.resolved and graded.apply_method == APPLY_LADDER[0]
+    assert [kind for kind, _ in calls] == ["exec", "exec"], calls  # the grading, then its scratch removed
+    assert all(p.startswith("/tmp/rollout-grade-") for p in removed_scratch(calls))
+    assert "write" not in graded.durations and "read" not in graded.durations
+
+
+def test_a_patch_too_big_for_a_command_line_is_written_first(instance, tmp_path):
+    words = "".join(f"word {n}\n" for n in range(12_000))  # ~110 KB: past any single argument's room
+    patch = diff_of(Path(instance["repo_path"]), tmp_path / "agent", {"calc/ops.py": FIXED, "calc/words.txt": words})
+    graded, calls = recorded_grade(instance, patch, tmp_path)
+    assert graded.resolved and graded.patch_successfully_applied, graded.apply_output[-2000:]
+    assert [kind for kind, _ in calls] == ["write_file", "exec", "exec"], calls
+    assert calls[0][1] in removed_scratch(calls) and "write" in graded.durations
+
+
+def test_patch_text_reaches_the_repository_unchanged(instance, tmp_path):
+    """Quotes, percent signs, backslashes, shell syntax and non-ASCII text land in the file as the patch has them."""
+    line = "# it's 100% done: \\n, \\\\, %s, $HOME, `x`, \"y\", \u2713\ttab"
+    patch = diff_of(Path(instance["repo_path"]), tmp_path / "agent", {"calc/ops.py": FIXED + line + "\n"})
+    row = {**instance, "test_cmd": f"grep -qxF {shlex.quote(line)} calc/ops.py && {instance['test_cmd']}"}
+    graded = run_grade(row, patch, tmp_path)
+    assert graded.resolved and graded.apply_method == APPLY_LADDER[0], graded.test_output[-2000:]
+
+
+def test_a_log_past_the_output_cap_is_read_back(instance, tmp_path):
+    """The tests print far more than the runtime passes back, their summary last: the grader reads the log file."""
+    noisy = {**instance, "test_cmd": f"seq 1 60000; {instance['test_cmd']}"}
+    graded, calls = recorded_grade(noisy, instance["patch"], tmp_path, {"max_output_bytes": 64 * 1024})
+    assert graded.resolved, graded.test_output[-2000:]
+    assert [kind for kind, _ in calls] == ["exec", "read_file", "exec"], calls
+    assert "60000\n" in graded.test_output and "read" in graded.durations
+    removed_scratch(calls)
+
+
+class SlowCheckout(ClonedRepo):
+    """The instance's clone with a post-checkout hook that hangs: resetting the test files never ends."""
+
+    async def start(self) -> None:
+        await super().start()
+        hook = f"{self.repo_dir}/.git/hooks/post-checkout"
+        done = await self.inner.exec(f"printf '#!/bin/sh\\nsleep 60\\n' > {hook} && chmod +x {hook}", timeout=30)
+        assert done.returncode == 0, done.output
+
+
+def test_a_preparation_step_past_setup_timeout_is_a_verifier_error(instance, tmp_path):
+    root = tmp_path / "workspaces"
+
+    def make():
+        inner = LocalRuntime({"root": str(root), "timeout": 60}, trusted_model=True)
+        return SlowCheckout(inner, instance["bundle"], instance["base_commit"], "repo", "src.bundle")
+
+    began = time.monotonic()
+    with pytest.raises(VerifierError, match="'reset' took more than 0.5s"):
+        asyncio.run(grade(instance, instance["patch"], make, repo_dir="repo", setup_timeout=0.5))
+    assert time.monotonic() - began < 30  # the hook was stopped, not waited for
+    assert not list(root.iterdir())
+
+
+def test_docker_grading_is_one_exec(instance, base_image):
+    from envs.docker_runtime import DockerRuntime
+
+    seen = []
+
+    def make():
+        inner = DockerRuntime({"image": base_image, "workdir": "/testbed"}, run_id="test-swe-grading",
+                              rollout_id="grade-calls")
+        seen.append(Recording(ClonedRepo(inner, instance["bundle"], instance["base_commit"], "/testbed",
+                                         "/tmp/src.bundle")))
+        return seen[-1]
+
+    instance = {**instance, "test_cmd": TEST_CMD.format(python="python3")}
+    graded = asyncio.run(grade(instance, instance["patch"], make, eval_timeout=120))
+    assert graded.resolved, graded.test_output[-2000:]
+    assert [kind for kind, _ in seen[0].calls] == ["exec"]  # the container's /tmp goes with the container

@@ -5,13 +5,13 @@
 For each instance (images built first if missing), side by side, one at a time, medians of ``--repeat``:
 
 - grading: ``envs.swe_grading.grade`` of the gold patch in a fresh DockerRuntime of the instance image
-  (start, patch ladder, test reset, test patch, tests, log read back, container removed);
+  (start, then one exec running the patch ladder, test reset, test patch and tests; container removed);
 - bare: the docker CLI, ``docker run --rm -i --network none <image> bash -c "git apply - && <test_cmd>"``
   with the gold and test patches on stdin, so both run the same tests in a fresh container of the same image.
 
 Target: grading <= 1.3x bare, per instance and overall (sum of medians). "extra s" is the grader's fixed
-cost per instance (sequential engine round trips of ~60 ms each): with these sub-second test runs it
-dominates the ratio; with the minutes SWE-bench suites take, the same seconds are a few percent.
+cost per instance (about one engine round trip, ~65 ms here, plus the patch steps): with these
+sub-second test runs it shows in the ratio; with the minutes SWE-bench suites take, it is noise.
 """
 
 from __future__ import annotations
