@@ -19,7 +19,7 @@ from cluster.local_backend import LocalBackend
 from cluster.swe_outputs import model_name, write_swe_outputs
 from cluster.run_config import RunConfig
 from rollout.config import load_config, validate
-from rollout.dataset import dataset_hash, load_tasks, select
+from rollout.dataset import load_tasks, select
 from rollout.manifest import build_manifest
 from rollout.records import RolloutResult, Task
 from rollout.resume import Plan
@@ -93,7 +93,7 @@ def resolve_auto_runtimes(raw: dict[str, Any]) -> list[str]:
     sections = [("runtime", raw)] + [(f"profiles.{n}.runtime", p) for n, p in (raw.get("profiles") or {}).items()
                                      if isinstance(p, dict)]
     notes = []
-    for field, holder in sections:
+    for where, holder in sections:
         section = holder.get("runtime")
         if not isinstance(section, dict) or section.get("type") != "auto":
             continue
@@ -101,7 +101,7 @@ def resolve_auto_runtimes(raw: dict[str, Any]) -> list[str]:
             "local", "no docker daemon answers; commands run in a local workspace")
         options = {k: v for k, v in section.items() if k != "type"}
         holder["runtime"] = {"type": chosen, **options.get(chosen, {})}
-        notes.append(f"{field}: {chosen} ({why})")
+        notes.append(f"{where}: {chosen} ({why})")
     return notes
 
 

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
-import re
-import secrets
 import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field
 
-from envs import containers, engines, warm_pool
+from envs import containers, docker_start, engines, warm_pool
 from envs.docker_exec import WRAPPER, ExecJob
 from envs.docker_files import get_file, put_file
 from envs.engines import explain, status
 from rollout.config import StrictModel, validate
-from rollout.errors import ContainerStartError, RuntimeFailure
+from rollout.errors import RuntimeFailure
 from rollout.protocols import ExecResult
 
 _BACKSTOP = 5.0
@@ -110,7 +108,7 @@ class DockerRuntime:
         self.engine = config.engine or ("podman" if config.type == "podman" else "docker")
         self.run_id = run_id or config.run_id or "adhoc"
         self.rollout_id = rollout_id or config.rollout_id or "rollout"
-        self.name = _container_name(self.run_id, self.rollout_id)
+        self.name = docker_start.container_name(self.run_id, self.rollout_id)
         """Predictable and readable: rf-<run>-<rollout>-<random>."""
         self.container_id: str | None = None
         self._api: Any = None
@@ -216,7 +214,7 @@ class DockerRuntime:
         host_config = api.create_host_config(
             network_mode=cfg.network, mem_limit=cfg.memory, memswap_limit=cfg.memory, nano_cpus=int(cfg.cpus * 1e9),
             pids_limit=cfg.pids_limit, cap_drop=["ALL"], cap_add=cfg.cap_add or None, security_opt=cfg.security_opt,
-            init=engine_init, auto_remove=True, ulimits=[_ulimit(k, v) for k, v in ulimits.items()] or None,
+            init=engine_init, auto_remove=True, ulimits=[docker_start.ulimit(k, v) for k, v in ulimits.items()] or None,
         )
         try:
             created = api.create_container(cfg.image, command, name=self.name, labels=labels, environment=cfg.env,
@@ -228,15 +226,15 @@ class DockerRuntime:
             if status(exc) == 404 and "image" in str(exc).lower() and cfg.pull == "missing" and not pulled:
                 self._pull(api)
                 return self._start_blocking(pulled=True)
-            raise _start_error(exc, cfg.image, self.engine) from exc
+            raise docker_start.start_error(exc, cfg.image, self.engine) from exc
         cid = created["Id"]
         containers.track(cid, self.engine, cfg.base_url, self.name)
         try:
             api.start(cid)
         except Exception as exc:
-            _quiet_remove(api, cid)
+            docker_start.quiet_remove(api, cid)
             containers.untrack(cid)
-            raise _start_error(exc, cfg.image, self.engine) from exc
+            raise docker_start.start_error(exc, cfg.image, self.engine) from exc
         self._api, self.container_id, self._started_at = api, cid, time.monotonic()
         if self._closed:  # close() ran while we were starting
             self._remove()
@@ -245,7 +243,7 @@ class DockerRuntime:
         try:
             api.pull(self.config.image)
         except Exception as exc:
-            raise _start_error(exc, self.config.image, self.engine) from exc
+            raise docker_start.start_error(exc, self.config.image, self.engine) from exc
 
     def _guarded(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` with engine errors turned into ``RuntimeFailure`` (the container is gone, or the engine)."""
@@ -275,7 +273,7 @@ class DockerRuntime:
             raise RuntimeFailure(f"container {self.name} died{oom}: exit code {state.get('ExitCode')}")
 
     def _remove(self) -> None:
-        _quiet_remove(self._api, self.container_id)
+        docker_start.quiet_remove(self._api, self.container_id)
         containers.untrack(self.container_id)
 
     def _check_open(self) -> str:
@@ -285,35 +283,3 @@ class DockerRuntime:
             raise RuntimeFailure("DockerRuntime used before start()", retryable=False)
         return self.container_id
 
-
-def _container_name(run_id: str, rollout_id: str) -> str:
-    def clean(part: str) -> str:
-        return re.sub(r"[^a-zA-Z0-9_.-]+", "-", part).strip("-.")[:40] or "x"
-
-    return f"rf-{clean(run_id)}-{clean(rollout_id)}-{secrets.token_hex(3)}"
-
-
-def _ulimit(name: str, value: int | str) -> Any:
-    import docker
-
-    soft, _, hard = str(value).partition(":")
-    return docker.types.Ulimit(name=name, soft=int(soft), hard=int(hard or soft))
-
-
-def _start_error(exc: BaseException, image: str, engine: str) -> ContainerStartError:
-    if isinstance(exc, ContainerStartError):
-        return exc
-    if status(exc) == 404 and "image" in str(exc).lower():
-        return ContainerStartError(
-            f"image {image!r} not found in {engine}: build it with `rollout images base` (the base image) or "
-            f"`rollout images build` (task images), or set runtime.pull=missing to pull it from a registry",
-            False,
-        )
-    return ContainerStartError(f"cannot start a {engine} container from {image!r}: {explain(exc)}")
-
-
-def _quiet_remove(api: Any, container_id: str) -> None:
-    try:
-        api.remove_container(container_id, force=True)
-    except Exception:  # noqa: BLE001 - already gone (auto-remove) or being removed: the goal is reached
-        pass

@@ -62,7 +62,7 @@ def test_gold_resolves_every_instance_in_containers_and_eval_agrees(tmp_path, ba
 
 
 def test_empty_policy_resolves_nothing_on_the_local_runtime(tmp_path):
-    out = swe_run(tmp_path, "fake_server.policy=empty", "run_id=swe_empty", "runtime={type: local}")
+    swe_run(tmp_path, "fake_server.policy=empty", "run_id=swe_empty", "runtime={type: local}")
     rows = results(tmp_path / "swe_empty")
     assert len(rows) == 3
     assert all(r["status"] == "completed" and r["exit_reason"] == "submitted" for r in rows)
@@ -72,6 +72,6 @@ def test_empty_policy_resolves_nothing_on_the_local_runtime(tmp_path):
 
 
 def test_gold_on_the_local_runtime_resolves(tmp_path):
-    out = swe_run(tmp_path, "run_id=swe_local", "runtime={type: local}", "dataset.slice=3:5")
+    swe_run(tmp_path, "run_id=swe_local", "runtime={type: local}", "dataset.slice=3:5")
     rows = results(tmp_path / "swe_local")
     assert len(rows) == 2 and all(r["reward"] == 1.0 for r in rows)
