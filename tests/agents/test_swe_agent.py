@@ -9,7 +9,7 @@ from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
 from envs.local_runtime import LocalRuntime, LocalRuntimeConfig
 from envs.null_runtime import NullRuntime, NullRuntimeConfig
 from envs.shell_env import ShellEnvironment
-from rollout.errors import ConfigError, ExitReason
+from rollout.errors import ExitReason
 from rollout.models.scripted import ScriptedModel
 from rollout.records import RequestMeta, RolloutResult, Task
 
