@@ -144,7 +144,7 @@ PLAIN = {"network": "host", "containall": False, "writable_tmpfs": False}
         ({"network": "host"}, "--containall --writable-tmpfs --bind /ws:/workspace"),
         ({**PLAIN, "network": "none", "no_home": True}, "--no-home --net --network none --bind /ws:/workspace"),
         ({**PLAIN, "workdir": "/testbed", "workspace_mount": "/rollout-io"}, "--bind /ws:/rollout-io"),
-        ({**PLAIN, "workdir": "/work/", "binds": ["/data:/data:ro"]}, "--bind /ws:/work --bind /data:/data:ro"),
+        ({**PLAIN, "workdir": "/job/", "binds": ["/data:/data:ro"]}, "--bind /ws:/job --bind /data:/data:ro"),
         (
             {**PLAIN, "memory": "2g", "cpus": 1.5, "pids_limit": 256, "start_args": ["--fakeroot"]},
             "--bind /ws:/workspace --memory 2g --cpus 1.5 --pids-limit 256 --fakeroot",
