@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from envs.apptainer_argv import exec_argv, start_argv, stop_argv  # noqa: F401 - re-exported
 from envs.host_files import read_host_file, write_host_file
 from envs.apptainer_images import ensure_sif, find_binary
 from envs.process import failure_reason, kill_group, run_capped
@@ -100,51 +101,6 @@ class ApptainerRuntimeConfig(StrictModel):
         if value is not None and (":" in value or "," in value):
             raise ValueError("cannot contain ':' or ',' (it goes into a --bind spec)")
         return value
-
-
-def start_argv(
-    config: ApptainerRuntimeConfig, sif: str, name: str, workspace: str, binary: str | None = None
-) -> list[str]:
-    """``instance start`` with the isolation flags, the workspace bind and the limits from ``config``."""
-    argv = [binary or config.binary or "apptainer", "instance", "start"]
-    argv += ["--containall"] if config.containall else []
-    argv += ["--writable-tmpfs"] if config.writable_tmpfs else []
-    argv += ["--no-home"] if config.no_home else []
-    argv += ["--net", "--network", "none"] if config.network == "none" else []
-    argv += ["--bind", f"{workspace}:{config.workspace_mount or config.workdir}"]
-    for spec in config.binds:
-        argv += ["--bind", spec]
-    argv += ["--memory", config.memory] if config.memory else []
-    argv += ["--cpus", _seconds(config.cpus)] if config.cpus is not None else []
-    argv += ["--pids-limit", str(config.pids_limit)] if config.pids_limit is not None else []
-    return [*argv, *config.start_args, sif, name]
-
-
-def exec_argv(
-    config: ApptainerRuntimeConfig,
-    name: str,
-    command: str,
-    *,
-    timeout: float,
-    pwd: str,
-    env: Mapping[str, str] | None = None,
-    binary: str | None = None,
-) -> list[str]:
-    """``exec`` into the instance, the command under ``timeout`` so it is killed inside the container too.
-
-    Variables go through coreutils ``env`` rather than ``--env``: the CLI parses ``--env`` values as
-    CSV when they hold a second ``=`` and strips quotes around them, which would change some values.
-    """
-    variables = {**config.env, **(env or {})}
-    argv = [binary or config.binary or "apptainer", "exec", "--cleanenv", "--pwd", pwd, f"instance://{name}"]
-    argv += ["timeout", "-k", _seconds(config.kill_grace), _seconds(timeout)]
-    argv += ["env", *(f"{key}={value}" for key, value in variables.items())] if variables else []
-    return [*argv, *config.shell, command]
-
-
-def stop_argv(binary: str, name: str) -> list[str]:
-    # --force: SIGKILL at once; a rollout's sandbox holds nothing worth a graceful shutdown.
-    return [binary, "instance", "stop", "--force", name]
 
 
 class ApptainerRuntime:
@@ -315,8 +271,3 @@ def _stop_leftovers() -> None:
         if workspace:
             shutil.rmtree(workspace, ignore_errors=True)
         _live.pop(name, None)
-
-
-def _seconds(value: float) -> str:
-    """``1.0`` -> ``1``, ``0.25`` -> ``0.25``: what ``timeout`` and ``--cpus`` accept."""
-    return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
