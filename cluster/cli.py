@@ -25,6 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start over even if the stored run's config differs (old files are kept aside)")
     run.add_argument("--retry-infra", action="store_true",
                      help="run again the rollouts whose infrastructure failures used up their attempts")
+    run.add_argument("--address", default=None,
+                     help="Ray cluster to run on (same as farm.address; default $RAY_ADDRESS, else an embedded one)")
+    run.add_argument("--local", action="store_true",
+                     help="run the rollouts in this process instead of on Ray (same as farm.backend=local)")
 
     images = sub.add_parser("images", help="build container images offline: the base image, per-instance images",
                             add_help=False)
@@ -61,6 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rollout.gc_tuning import tune_gc
 
     paths, overrides = split_items(args.items)
+    if args.address:
+        overrides.append(f"farm.address={args.address}")
+    if args.local:
+        overrides.append("farm.backend=local")
     job = jobs.prepare(paths, overrides, new_run=args.new_run, retry_infra=args.retry_infra)
     tune_gc()
     try:

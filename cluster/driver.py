@@ -35,6 +35,7 @@ def rollout_meta(run_id: str, task: Task, sample: int, attempt: int, base_seed: 
         attempt=attempt,
         run_id=run_id,
         seed=base_seed + sample,
+        group_id=task.task_id,
     )
 
 

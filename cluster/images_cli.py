@@ -1,6 +1,7 @@
 """``rollout images base`` and ``rollout images build DATASET``: build the images rollouts run in, offline.
+``rollout images prune --budget 20G``: remove the least recently used per-instance images beyond a disk budget.
 
-Exit codes: 0 done; 1 an image could not be built (each failure named); 2 bad arguments or dataset.
+Exit codes: 0 done; 1 an image could not be built (each failure named) or docker failed; 2 bad arguments or dataset.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--parallel", type=int, default=2, help="builds at a time")
     build.add_argument("--force", action="store_true", help="rebuild images that exist, without the build cache")
     build.add_argument("--network", action="store_true", help="let install_cmd reach the network during the build")
+
+    prune = sub.add_parser("prune", help="remove the least recently used per-instance images beyond a disk budget "
+                           "(never the base image, nor one a container uses)")
+    prune.add_argument("--budget", required=True, help="disk the per-instance images may take, e.g. 20G, 500M")
+    prune.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
     return parser
 
 
@@ -59,6 +65,26 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    from envs.image_gc import format_size, list_instance_images, parse_size, prune_instance_images
+
+    try:
+        budget = parse_size(args.budget)
+    except ValueError as exc:
+        raise ConfigError(str(exc), "--budget") from None
+    removed = prune_instance_images(budget, dry_run=args.dry_run)
+    left = list_instance_images()
+    if args.dry_run:  # nothing was removed: what stays is what is listed minus what would go
+        left = [image for image in left if not set(image.tags) & set(removed)]
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {len(removed)} instance image(s); {len(left)} left, taking "
+          f"{format_size(sum(image.size for image in left))} of the {format_size(budget)} budget")
+    return 0
+
+
+COMMANDS = {"base": cmd_base, "build": cmd_build, "prune": cmd_prune}
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -67,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from envs.images import ImageError
 
     try:
-        return cmd_base(args) if args.command == "base" else cmd_build(args)
+        return COMMANDS[args.command](args)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Awaitable, Callable, TextIO
 
 from cluster.compose import Composer
 from cluster.driver import Driver
@@ -42,8 +42,17 @@ class Job:
     out: TextIO = field(default=sys.stderr)
 
 
+JOB_ROLLOUT_HOME = "~/rollout-farm/runs"
+"""Where runs go inside ``ray job submit`` when ``ROLLOUT_HOME`` is unset (the job's cwd is a throwaway copy)."""
+
+
 def rollout_home() -> Path:
-    return Path(os.environ.get("ROLLOUT_HOME", "runs")).resolve()
+    home = os.environ.get("ROLLOUT_HOME")
+    if not home:
+        from cluster.backends import in_ray_job
+
+        home = JOB_ROLLOUT_HOME if in_ray_job() else "runs"
+    return Path(home).expanduser().resolve()
 
 
 def resolve_run_dir(config: RunConfig, run_id: str) -> Path:
@@ -62,6 +71,10 @@ def prepare(
     raw = load_config(paths, list(overrides))
     notes = resolve_auto_runtimes(raw)
     config = validate(RunConfig, raw)
+    if config.farm.backend == "ray":
+        from cluster.backends import ray_available
+
+        ray_available()  # before any work: a missing extra is a config problem, named as such
     run_id = config.run_id or Path(paths[0]).stem
     dataset_path = Path(config.dataset.path).expanduser()
     if config.dataset.path.startswith("hf://"):
@@ -121,9 +134,9 @@ async def execute(job: Job) -> dict[str, Any]:
                 server = await start_demo_server(job)
                 base_url = server.url
                 say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
-            model = job.composer.build_model(base_url)
+            backend, close_backend = await open_backend(job, base_url)
             driver = Driver(
-                LocalBackend(job.composer, model), job.store, job.plan,
+                backend, job.store, job.plan,
                 run_id=job.run_id, concurrency=job.config.run.concurrency, base_seed=job.config.run.seed,
                 progress_interval=job.config.run.progress_interval,
                 write_trajectories=job.config.output.trajectories, out=job.out,
@@ -131,9 +144,7 @@ async def execute(job: Job) -> dict[str, Any]:
             try:
                 finished = await driver.run()
             finally:
-                close = getattr(model, "aclose", None)
-                if close is not None:
-                    await close()
+                await close_backend()
         else:
             say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
     finally:
@@ -155,7 +166,27 @@ async def execute(job: Job) -> dict[str, Any]:
                                               "error_instances") if k in swe}
     job.store.write_summary(summary)
     print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
+    say(f"run directory: {job.run_dir}")
     return summary
+
+
+async def open_backend(job: Job, base_url: str | None) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    """The backend ``farm.backend`` names, started, and how to close it."""
+    if job.config.farm.backend == "local":
+        model = job.composer.build_model(base_url)
+
+        async def close_local() -> None:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
+        return LocalBackend(job.composer, model), close_local
+    from cluster.backends import start_ray_backend
+    from cluster.worker import ConfigSource
+
+    backend = await start_ray_backend(ConfigSource(job.raw, base_url), job.config, job.composer, run_id=job.run_id,
+                                      run_dir=str(job.run_dir), out=job.out)
+    return backend, backend.close
 
 
 async def start_demo_server(job: Job):

@@ -7,7 +7,7 @@ implementation's own ``<Class>Config``; ``cluster.compose`` does that before any
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -59,6 +59,30 @@ class FakeServerSection(StrictModel):
     """Injected faults (``rollout.models.fake_server.FaultsConfig``): 500s, 429s, hangs, context limits."""
 
 
+class FarmConfig(StrictModel):
+    """Where rollouts execute: in this process (``local``) or on worker actors of a Ray cluster (``ray``)."""
+
+    backend: Literal["ray", "local"] = "ray"
+    """``ray``: worker actors, one per node, on the cluster ``address`` names (an embedded local cluster when
+    neither it nor ``RAY_ADDRESS`` is set). ``local``: asyncio tasks in the driver's process (tests, debugging)."""
+    address: str | None = None
+    """Ray cluster to join (``auto``, ``ray://host:10001``, ``host:6379``); default ``$RAY_ADDRESS``, else embedded."""
+    num_cpus: int | None = Field(default=None, ge=1)
+    """CPUs of the embedded cluster (default: the machine's)."""
+    cpus_per_rollout: float | None = Field(default=None, gt=0)
+    """CPUs one rollout's container takes; default the runtime's ``cpus`` (none for runtimes without containers)."""
+    memory_per_rollout: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)?[bkmgBKMG]?$")
+    """Memory one rollout's container takes; default the runtime's ``memory``."""
+    max_per_node: int | None = Field(default=None, ge=1)
+    """Cap on concurrent rollouts per node, on top of what cpus and memory allow."""
+    deadline: float | None = Field(default=None, gt=0)
+    """Host-side seconds per attempt (container start, agent, grading); the attempt is cancelled and its
+    containers removed when it passes. Default: the agent's ``time_limit`` plus the verifier's ``eval_timeout``
+    plus 300 s, or none when the agent has no time limit."""
+    dashboard: bool = False
+    """Start the Ray dashboard with the embedded cluster."""
+
+
 class Profile(StrictModel):
     """Section overrides for tasks whose ``profile`` field names this profile."""
 
@@ -80,4 +104,5 @@ class RunConfig(StrictModel):
     dataset: DatasetConfig
     run: RunOptions = Field(default_factory=RunOptions)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    farm: FarmConfig = Field(default_factory=FarmConfig)
     fake_server: FakeServerSection | None = None

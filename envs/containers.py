@@ -23,6 +23,10 @@ OWNER_LABEL = "rollout-farm.owner"
 """``<hostname>:<pid>`` of the process that created the container."""
 OWNER_START_LABEL = "rollout-farm.owner-start"
 """That process's start time (clock ticks since boot), so a recycled pid is not mistaken for the owner."""
+NODE_LABEL = "rollout-farm.node"
+"""The farm node (Ray node id) whose worker created the container, when it runs on a farm."""
+NODE_ENV = "ROLLOUT_FARM_NODE"
+"""Set by a farm worker process to its node id; becomes the container's ``NODE_LABEL``."""
 
 _EXIT_REMOVE_WAIT = 20.0
 """Seconds the exit-time cleanup may take before giving up (the TTL catches what it misses)."""
@@ -37,7 +41,11 @@ _previous_sigterm: Any = None
 
 def owner_labels() -> dict[str, str]:
     """Labels naming this process as the owner of the containers it creates."""
-    return {OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}", OWNER_START_LABEL: str(_start_ticks(os.getpid()))}
+    labels = {OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}", OWNER_START_LABEL: str(_start_ticks(os.getpid()))}
+    node = os.environ.get(NODE_ENV)
+    if node:
+        labels[NODE_LABEL] = node
+    return labels
 
 
 def track(container_id: str, engine: str, base_url: str | None, name: str) -> None:
@@ -169,16 +177,19 @@ def remove_labelled(
     *,
     include_live: bool = False,
     base_url: str | None = None,
+    rollout_id: str | None = None,
 ) -> list[str]:
-    """Force-remove our containers (running or not): those of ``run_id`` (all runs if none), created more
-    than ``older_than`` ago if given. Containers whose creating process is still alive are kept unless
-    ``include_live``. Returns the names removed."""
+    """Force-remove our containers (running or not): those of ``run_id`` (all runs if none), only of
+    ``rollout_id`` if given, created more than ``older_than`` ago if given. Containers whose creating
+    process is still alive are kept unless ``include_live``. Returns the names removed."""
     max_age = None if older_than is None else parse_duration(older_than)
     api = engines.client(engine, base_url).api
-    label = RUN_LABEL if run_id is None else f"{RUN_LABEL}={run_id}"
+    labels_wanted = [RUN_LABEL if run_id is None else f"{RUN_LABEL}={run_id}"]
+    if rollout_id is not None:
+        labels_wanted.append(f"{ROLLOUT_LABEL}={rollout_id}")
     now = time.time()
     doomed = []
-    for c in api.containers(all=True, filters={"label": label}):
+    for c in api.containers(all=True, filters={"label": labels_wanted}):
         labels = c.get("Labels") or {}
         if max_age is not None and now - _created(c) < max_age:
             continue

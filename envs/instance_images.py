@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from envs.image_gc import LABEL, prune_instance_images, record_use, recently_used
 from envs.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
 from envs.images import ImageError, docker_client, ensure_image, image_present, last_lines
 from envs.output import decode
@@ -20,7 +21,6 @@ from rollout.dataset import load_tasks
 from rollout.errors import ConfigError
 from rollout.records import Task
 
-LABEL = "rollout-farm.instance"
 GIT_USER = ("rollout-farm agent", "agent@rollout-farm.invalid")
 
 
@@ -171,25 +171,53 @@ def _git(cwd: Path | None, *args: str, check: bool = True) -> str:
     return decode(done.stdout).strip() if done.returncode == 0 else ""
 
 
+MAX_PARALLEL_BUILDS = 2
+"""Builds at a time in one process (``ensure_instance_image``): a node running rollouts of many instances
+builds two images at a time, not dozens; the others wait their turn."""
+RECENT_USE_KEEP = 300.0
+"""Seconds after its last use an image is kept by pruning after a build, so an image just returned to
+a rollout is not removed before the rollout's container exists (a container keeps it from then on)."""
+
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
+_build_slots: threading.BoundedSemaphore | None = None
 
 
-def ensure_instance_image(task: Task, base: str = DEFAULT_BASE_IMAGE, network: bool = False) -> str:
+def _slots() -> threading.BoundedSemaphore:
+    global _build_slots
+    with _locks_guard:
+        if _build_slots is None:  # made on first use, not at import
+            _build_slots = threading.BoundedSemaphore(MAX_PARALLEL_BUILDS)
+        return _build_slots
+
+
+def ensure_instance_image(task: Task, base: str = DEFAULT_BASE_IMAGE, network: bool = False,
+                          budget_bytes: int | None = None) -> str:
     """The task's image tag, built now if it is missing and the row can be built (``repo_path``);
     otherwise found or pulled by ``ensure_image`` (an ``ImageError`` naming it when neither works).
-    Concurrent rollouts of one instance in this process build it once."""
+    Concurrent rollouts of one instance in this process build it once, and at most ``MAX_PARALLEL_BUILDS``
+    images build at a time. After a build, with ``budget_bytes``, the least recently used instance images
+    are removed until they fit it (never the new one, one used in the last ``RECENT_USE_KEEP`` seconds,
+    or one a container uses)."""
     tag = image_for(task, base)
     with _locks_guard:
         lock = _locks.setdefault(tag, threading.Lock())
+    built = False
     with lock:
         client = docker_client()
-        if image_present(client, tag):
-            return tag
-        if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
-            if not image_present(client, base):
-                ensure_image(base, client)
-            _build_one(task, Path("/"), base, False, network)
-        else:
-            ensure_image(tag, client)
+        if not image_present(client, tag):
+            if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
+                if not image_present(client, base):
+                    ensure_image(base, client)
+                with _slots():
+                    _build_one(task, Path("/"), base, False, network)
+                built = True
+            else:
+                ensure_image(tag, client)
+        record_use(tag)
+    if built and budget_bytes is not None:
+        try:
+            prune_instance_images(budget_bytes, client=client, keep={tag} | recently_used(RECENT_USE_KEEP))
+        except Exception as exc:  # the image is built: a failed clean-up must not fail the rollout
+            print(f"pruning instance images failed: {exc}")
     return tag

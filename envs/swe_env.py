@@ -11,8 +11,9 @@ import asyncio
 import json
 from typing import Any, Callable, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from envs.image_gc import parse_size
 from envs.image_names import image_for
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
 from rollout.config import StrictModel
@@ -39,6 +40,21 @@ class SweEnvironmentConfig(StrictModel):
     """Environment variables of every command."""
     build_images: bool = True
     """Build a missing instance image from the row's ``repo_path`` (once per process) before starting."""
+    image_budget: str | None = None
+    """Disk budget for per-instance images on each node, e.g. ``20G``; least recently used ones are removed
+    beyond it (checked after each build). None: no limit."""
+
+    @field_validator("image_budget", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        parse_size(value)  # a ValueError names the bad text; pydantic adds the field
+        return str(value)
+
+    @property
+    def image_budget_bytes(self) -> int | None:
+        return None if self.image_budget is None else parse_size(self.image_budget)
 
 
 def check_row(task: Task) -> None:
@@ -95,7 +111,8 @@ class SweEnvironment:
         if self.images and self.config.build_images:
             from envs.instance_images import ensure_instance_image
 
-            await asyncio.to_thread(ensure_instance_image, task)  # built once per image, never on the loop
+            budget = self.config.image_budget_bytes
+            await asyncio.to_thread(ensure_instance_image, task, budget_bytes=budget)  # built once, off the loop
         runtime = self.fresh_runtime(task)
         self.repo_dir = self.repo_dir_for(task)
         self.task = task

@@ -29,6 +29,7 @@ class ExitReason(str, Enum):
     ENVIRONMENT_ERROR = "environment_error"
     VERIFIER_ERROR = "verifier_error"
     WORKER_DIED = "worker_died"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
     INTERNAL_ERROR = "internal_error"
 
     @property
@@ -47,6 +48,7 @@ INFRASTRUCTURE_REASONS = frozenset(
         ExitReason.ENVIRONMENT_ERROR,
         ExitReason.VERIFIER_ERROR,
         ExitReason.WORKER_DIED,
+        ExitReason.DEADLINE_EXCEEDED,
         ExitReason.INTERNAL_ERROR,
     }
 )
@@ -174,6 +176,14 @@ class WorkerDied(InfrastructureError):
     exit_reason = ExitReason.WORKER_DIED
 
 
+class DeadlineExceeded(InfrastructureError):
+    """The host-side deadline of one attempt (container start, agent and grading) passed: the attempt was
+    cancelled and its containers removed. The agent's own ``time_limit`` is the task outcome; this is the
+    backstop for what hangs beyond it."""
+
+    exit_reason = ExitReason.DEADLINE_EXCEEDED
+
+
 class AgentProtocolError(InfrastructureError):
     """An agent returned without raising its outcome: a bug in the agent, labelled as such."""
 
@@ -212,6 +222,7 @@ ALL_ERROR_TYPES: tuple[type[RolloutError], ...] = (
     EnvironmentFailure,
     VerifierError,
     WorkerDied,
+    DeadlineExceeded,
     AgentProtocolError,
     ConfigError,
 )

@@ -67,6 +67,8 @@ class RequestMeta(Record):
     attempt: int = 1
     run_id: str = ""
     seed: int | None = None
+    group_id: str = ""
+    """The group this sample belongs to (n samples of one task, GRPO style); ``sample_index`` is its index."""
 
 
 class Action(Record):
@@ -198,6 +200,7 @@ class AttemptRecord(Record):
     exit_reason: ExitReason | None = None
     error: ErrorInfo | None = None
     seconds: float = 0.0
+    node_id: str | None = None
 
 
 Status = Literal["completed", "infra_failed"]
@@ -224,6 +227,14 @@ class RolloutResult(Record):
     error: ErrorInfo | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    group_id: str = ""
+    """The group of n samples of one task this result belongs to; ``sample_index`` is its index in it."""
+    seed: int | None = None
+    """The seed passed to the model for this sample."""
+    node_id: str | None = None
+    """The farm node (Ray node id) that ran this attempt; None when it ran in the driver's process."""
+    worker: str | None = None
+    """``<hostname>:<pid>`` of the worker process that ran it."""
 
     @property
     def is_infrastructure_failure(self) -> bool:

@@ -31,7 +31,8 @@ def attempt_record(result: RolloutResult) -> AttemptRecord:
         status=result.status,
         exit_reason=result.exit_reason,
         error=result.error,
-        seconds=result.timings.get("total", 0.0),
+        seconds=result.timings.get("total", result.timings.get("wall", 0.0)),
+        node_id=result.node_id,
     )
 
 

@@ -128,6 +128,8 @@ def _result(task: Task, meta: RequestMeta, ctx: RolloutContext, outcome: BaseExc
         trajectory=traj,
         usage=usage,
         metadata=dict(task.metadata),
+        group_id=meta.group_id or task.task_id,
+        seed=meta.seed,
     )
     if isinstance(outcome, (TaskOutcome, FormatError)):
         reason = outcome.exit_reason

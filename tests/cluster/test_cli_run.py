@@ -18,6 +18,8 @@ DEMO_ROLLOUTS = 16  # 8 tasks x 2 samples
 
 def rollout(home, *args, timeout=180):
     env = {**os.environ, "ROLLOUT_HOME": str(home)}
+    if args[:1] == ("run",):  # these tests are about runs, not the farm: in-process, no Ray start per test
+        args = ("run", "--local", *args[1:])
     return subprocess.run([sys.executable, "-m", "cluster", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, cwd=REPO)
 
@@ -60,7 +62,8 @@ def test_demo_runs_every_agent_and_a_second_run_does_nothing(tmp_path):
 
 def test_sigkill_half_way_then_resume_gives_exactly_one_line_per_rollout(tmp_path):
     env = {**os.environ, "ROLLOUT_HOME": str(tmp_path)}
-    args = [sys.executable, "-m", "cluster", "run", str(DEMO), "fake_server.latency=0.3", "run.concurrency=2"]
+    args = [sys.executable, "-m", "cluster", "run", "--local", str(DEMO), "fake_server.latency=0.3",
+            "run.concurrency=2"]
     proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = tmp_path / "local_demo"
     deadline = time.monotonic() + 120

@@ -1,0 +1,304 @@
+"""The Ray backend: one async worker actor per node, a slot count per node, and the faults a farm meets.
+
+Scheduling is ours, not ``ray.util.ActorPool``'s (one call per actor at a time, stuck behind one bad
+actor): each node has ``capacity`` slots derived from what a rollout takes (cpus, memory) against what
+the node has, and ``execute`` waits for a free slot on the least loaded node, then awaits the actor
+call (never ``ray.get`` in async code). So no node runs more containers than it can hold and every
+node is used.
+
+Faults: a worker actor or node that dies fails its in-flight attempts as ``worker_died`` (the driver
+runs them again), a replacement worker starts on the node if the node is still there, and containers
+the dead worker owned are removed by label. An attempt that outlives the host-side ``deadline`` is
+cancelled, its containers removed, and it fails as ``deadline_exceeded``. Nodes that join the cluster
+while a run goes on get a worker too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import ray
+from ray.exceptions import RayActorError, RayError, TaskCancelledError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from cluster.worker import RolloutWorker
+from rollout.errors import DeadlineExceeded, WorkerDied
+from rollout.events import Observer
+from rollout.records import RequestMeta, RolloutResult, Task
+from rollout.runner import failure_result
+
+NODE_REFRESH_INTERVAL = 5.0
+"""Seconds between looks at the cluster's node list (joined and lost nodes)."""
+WORKER_START_TIMEOUT = 120.0
+"""Seconds a new worker actor may take to answer its first call."""
+
+_WorkerActor = None
+
+
+def worker_actor_class() -> Any:
+    global _WorkerActor
+    if _WorkerActor is None:
+        _WorkerActor = ray.remote(RolloutWorker)
+    return _WorkerActor
+
+
+@dataclass
+class Resources:
+    """What one rollout takes on a node; None means that resource does not limit it."""
+
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    max_per_node: int | None = None
+
+    def capacity(self, node_resources: dict[str, float], ceiling: int) -> int:
+        limits = [ceiling]
+        if self.cpus:
+            limits.append(int(node_resources.get("CPU", 0) / self.cpus + 1e-9))
+        if self.memory_bytes:
+            limits.append(int(node_resources.get("memory", 0) // self.memory_bytes))
+        if self.max_per_node:
+            limits.append(self.max_per_node)
+        return max(1, min(limits))
+
+
+@dataclass
+class Node:
+    node_id: str
+    capacity: int
+    used: int = 0
+    actor: Any = None
+    worker: str | None = None
+    """``<hostname>:<pid>`` of the live worker process."""
+    generation: int = 0
+    alive: bool = True
+    starting: asyncio.Task | None = None
+    ran: int = 0
+    lost_workers: list[str] = field(default_factory=list)
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used if self.alive and self.actor is not None else 0
+
+
+class RayBackend:
+    """``Backend`` for the driver: ``execute(task, meta, observers)`` on the least loaded node's worker."""
+
+    def __init__(self, source: Any, *, run_id: str, resources: Resources, concurrency: int,
+                 deadline: float | None = None, run_dir: str | None = None, engines: tuple[str, ...] = ("docker",),
+                 name: str = "rollout-worker", out: TextIO = sys.stderr):
+        self.source_ref = ray.put(source)
+        self.run_id, self.resources, self.concurrency = run_id, resources, concurrency
+        self.deadline, self.run_dir, self.engines, self.name, self.out = deadline, run_dir, engines, name, out
+        self.nodes: dict[str, Node] = {}
+        self._changed: asyncio.Condition | None = None
+        self._refresher: asyncio.Task | None = None
+        self.workers_lost = 0
+        self.deadlines_hit = 0
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> "RayBackend":
+        self._changed = asyncio.Condition()
+        await self._refresh_nodes()
+        if not self.nodes:
+            raise RuntimeError("the Ray cluster has no alive node with CPUs to run rollouts on")
+        await asyncio.gather(*(n.starting for n in self.nodes.values() if n.starting is not None),
+                             return_exceptions=True)
+        self._refresher = asyncio.create_task(self._refresh_loop())
+        return self
+
+    async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
+        nodes = [n for n in self.nodes.values() if n.actor is not None]
+
+        async def stop(node: Node) -> None:
+            try:
+                await asyncio.wait_for(node.actor.shutdown.remote(), 60)
+            except Exception:  # noqa: BLE001 - a dead worker's containers are reaped by label below
+                pass
+            ray.kill(node.actor, no_restart=True)
+
+        await asyncio.gather(*(stop(n) for n in nodes))
+        await asyncio.to_thread(self._reap_dead_owners)
+
+    def describe(self) -> str:
+        parts = [f"{n.node_id[:8]}x{n.capacity}" for n in self.nodes.values() if n.alive]
+        return f"{len(parts)} node(s), slots per node: {', '.join(parts)}"
+
+    def workers(self) -> list[Any]:
+        """Handles of the live worker actors."""
+        return [n.actor for n in self.nodes.values() if n.alive and n.actor is not None]
+
+    async def broadcast(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method`` on every live worker; a dead one is skipped (its node gets a replacement)."""
+        refs = [getattr(actor, method).remote(*args) for actor in self.workers()]
+        out = await asyncio.gather(*refs, return_exceptions=True)
+        return [r for r in out if not isinstance(r, BaseException)]
+
+    # ---- execution -----------------------------------------------------------------------------
+
+    async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
+        node = await self._acquire()
+        actor, generation = node.actor, node.generation
+        ref = actor.execute.remote(task, meta)
+        try:
+            if self.deadline is None:
+                result = await ref
+            else:
+                result = await asyncio.wait_for(asyncio.shield(_as_future(ref)), self.deadline)
+        except asyncio.TimeoutError:
+            self.deadlines_hit += 1
+            ray.cancel(ref)
+            await asyncio.to_thread(self._remove_rollout_containers, meta.rollout_id)
+            result = failure_result(task, meta, DeadlineExceeded(
+                f"attempt {meta.attempt} of {meta.rollout_id} passed the {self.deadline:g}s deadline on node "
+                f"{node.node_id[:8]}; cancelled and its containers removed"))
+        except RayActorError as exc:
+            self._worker_lost(node, generation, exc)
+            result = failure_result(task, meta, WorkerDied(
+                f"worker {node.worker or '?'} on node {node.node_id[:8]} died: {type(exc).__name__}: "
+                f"{_first_line(exc)}"))
+        except (TaskCancelledError, RayError) as exc:
+            result = failure_result(task, meta, WorkerDied(f"{type(exc).__name__}: {_first_line(exc)}"))
+        finally:
+            await self._release(node)
+        if result.node_id is None:
+            result.node_id, result.worker = node.node_id, node.worker
+        node.ran += 1
+        return result
+
+    async def _acquire(self) -> Node:
+        assert self._changed is not None, "call start() first"
+        async with self._changed:
+            while True:
+                best = max(self.nodes.values(), key=lambda n: n.free, default=None)
+                if best is not None and best.free > 0:
+                    best.used += 1
+                    return best
+                await self._changed.wait()
+
+    async def _release(self, node: Node) -> None:
+        async with self._changed:
+            node.used -= 1
+            self._changed.notify_all()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ---- nodes and workers ---------------------------------------------------------------------
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(NODE_REFRESH_INTERVAL)
+            try:
+                await self._refresh_nodes()
+            except Exception as exc:  # noqa: BLE001 - a GCS hiccup must not end the run
+                print(f"[farm] node refresh failed: {exc}", file=self.out, flush=True)
+
+    async def _refresh_nodes(self) -> None:
+        listed = await asyncio.to_thread(ray.nodes)
+        alive = {n["NodeID"]: n for n in listed if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0}
+        for node_id, info in alive.items():
+            node = self.nodes.get(node_id)
+            if node is None:
+                capacity = self.resources.capacity(info["Resources"], self.concurrency)
+                node = self.nodes[node_id] = Node(node_id, capacity)
+                self._start_worker(node)
+        for node in self.nodes.values():
+            if node.alive and node.node_id not in alive:
+                node.alive = False
+                print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
+                      file=self.out, flush=True)
+            elif node.alive and node.actor is None and node.starting is None:
+                self._start_worker(node)
+        await self._notify()
+
+    def _start_worker(self, node: Node) -> None:
+        node.generation += 1
+        generation = node.generation
+
+        async def start() -> None:
+            actor = worker_actor_class().options(
+                name=f"{self.name}:{self.run_id}:{node.node_id[:8]}:{generation}",
+                num_cpus=0,  # slots are counted here, per node; the actor itself only waits on I/O
+                max_concurrency=100_000,
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+            ).remote(self.source_ref, node_id=node.node_id, run_dir=self.run_dir)
+            try:
+                info = await asyncio.wait_for(_as_future(actor.info.remote()), WORKER_START_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
+                ray.kill(actor, no_restart=True)
+                print(f"[farm] worker on node {node.node_id[:8]} did not start: {type(exc).__name__}: "
+                      f"{_first_line(exc)}", file=self.out, flush=True)
+            else:
+                if node.generation == generation:
+                    node.actor, node.worker = actor, info["worker"]
+            finally:
+                node.starting = None
+                await self._notify()
+
+        node.starting = asyncio.create_task(start())
+
+    def _worker_lost(self, node: Node, generation: int, exc: BaseException) -> None:
+        if node.generation != generation or node.actor is None:
+            return  # already replaced after another of its calls failed
+        self.workers_lost += 1
+        node.lost_workers.append(node.worker or "?")
+        print(f"[farm] worker {node.worker} on node {node.node_id[:8]} died ({type(exc).__name__}); "
+              "its rollouts run again, a replacement starts", file=self.out, flush=True)
+        node.actor, node.worker = None, None
+        asyncio.get_running_loop().run_in_executor(None, self._reap_dead_owners)
+        asyncio.create_task(self._refresh_nodes())  # restarts the worker if the node is still alive
+
+    # ---- containers ----------------------------------------------------------------------------
+
+    def _reap_dead_owners(self) -> None:
+        """Remove this run's containers whose creating process is gone (a dead worker's)."""
+        from envs.containers import remove_labelled
+
+        for engine in self.engines:
+            try:
+                removed = remove_labelled(self.run_id, engine=engine)
+            except Exception as exc:  # noqa: BLE001 - the containers' TTL is the last line of defence
+                print(f"[farm] could not reap {engine} containers: {exc}", file=self.out, flush=True)
+                continue
+            if removed:
+                print(f"[farm] removed {len(removed)} {engine} container(s) of dead workers", file=self.out,
+                      flush=True)
+
+    def _remove_rollout_containers(self, rollout_id: str) -> None:
+        from envs.containers import remove_labelled
+
+        for engine in self.engines:
+            try:
+                remove_labelled(self.run_id, engine=engine, rollout_id=rollout_id, include_live=True)
+            except Exception:  # noqa: BLE001 - the TTL catches what this misses
+                pass
+
+
+def _as_future(ref: Any) -> asyncio.Future:
+    return asyncio.wrap_future(ref.future())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+def parse_memory(text: str | None) -> int | None:
+    """``"2g"`` → bytes (docker's memory syntax)."""
+    if not text:
+        return None
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower()
+    factor = units.get(text[-1], 1)
+    number = text[:-1] if text[-1] in units else text
+    return int(math.ceil(float(number) * factor))

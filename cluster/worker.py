@@ -1,0 +1,221 @@
+"""The rollout worker: one process per farm node that runs many rollouts concurrently with the same loop
+as the local backend (``run_rollout``), on behalf of a driver.
+
+The class is plain Python (``cluster.ray_backend`` makes it a Ray actor), so it is also testable without
+a cluster. What to build per rollout comes from a *source*: ``ConfigSource`` (a run config, validated again
+in the worker) or ``ObjectSource`` (objects a trainer handed to ``RolloutFarm``, shipped by pickling).
+Every model call of the worker goes through one gate, so ``pause()`` stops new model calls during a weight
+update and ``set_policy_version()`` stamps the version on every turn that starts after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rollout import events
+from rollout.protocols import Environment, Model, ModelResponse, Verifier
+from rollout.records import RequestMeta, RolloutResult, Task
+from rollout.runner import failure_result, run_rollout
+from rollout.termination import Limits
+
+PARTIAL_WRITE_INTERVAL = 2.0
+"""Seconds between rewrites of a running rollout's trajectory file by the worker."""
+
+
+@dataclass
+class Parts:
+    agent: Any
+    env: Environment
+    verifier: Verifier | None
+    limits: Limits
+
+
+class ConfigSource:
+    """Parts from a run config (the raw dict, ``runtime: auto`` already resolved by the driver)."""
+
+    def __init__(self, raw: dict[str, Any], base_url: str | None = None):
+        self.raw, self.base_url = raw, base_url
+        self._composer: Any = None
+
+    def _compose(self) -> Any:
+        if self._composer is None:
+            from cluster.compose import Composer
+            from cluster.run_config import RunConfig
+            from rollout.config import validate
+
+            self._composer = Composer(validate(RunConfig, self.raw))
+        return self._composer
+
+    def build_model(self) -> Model:
+        return self._compose().build_model(self.base_url)
+
+    def parts(self, task: Task, meta: RequestMeta) -> Parts:
+        composer = self._compose()
+        composer.bind_tasks([task])  # in-process scripted models look tasks up by id
+        p = composer.parts(task, meta)
+        return Parts(p.agent, p.env, p.verifier, p.limits)
+
+
+class ObjectSource:
+    """Parts from objects: a model, an agent, and factories ``env_factory(task, meta)`` /
+    ``verifier_factory(task, env)`` (a fresh environment per rollout). They must pickle (Ray ships them)."""
+
+    def __init__(self, model: Model | Callable[[], Model], agent: Any,
+                 env_factory: Callable[[Task, RequestMeta], Environment],
+                 verifier_factory: Callable[[Task, Environment], Verifier | None] | None = None,
+                 limits: Limits | None = None):
+        self.model, self.agent = model, agent
+        self.env_factory, self.verifier_factory = env_factory, verifier_factory
+        self.limits = limits
+
+    def build_model(self) -> Model:
+        return self.model if hasattr(self.model, "complete") else self.model()
+
+    def parts(self, task: Task, meta: RequestMeta) -> Parts:
+        env = self.env_factory(task, meta)
+        verifier = self.verifier_factory(task, env) if self.verifier_factory is not None else None
+        if verifier is None and hasattr(env, "verify"):
+            verifier = env
+        limits = self.limits or (self.agent.limits() if hasattr(self.agent, "limits") else Limits())
+        return Parts(self.agent, env, verifier, limits)
+
+
+class GatedModel:
+    """The worker's model behind its pause gate; stamps the policy version current when a call starts."""
+
+    def __init__(self, inner: Model, worker: "RolloutWorker"):
+        self.inner, self.worker = inner, worker
+
+    async def complete(self, messages: list, tools: list | None = None, **kwargs: Any) -> ModelResponse:
+        await self.worker.gate.wait()
+        version = self.worker.policy_version
+        response = await self.inner.complete(messages, tools, **kwargs)
+        if response.policy_version is None and version is not None:
+            response = response.model_copy(update={"policy_version": version})
+        return response
+
+    async def aclose(self) -> None:
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
+
+
+@dataclass
+class LiveRollout:
+    """What one in-flight rollout is doing (read by ``RolloutWorker.live``)."""
+
+    rollout_id: str
+    task_id: str
+    sample_index: int
+    attempt: int
+    started: float = field(default_factory=time.time)
+    step: int = 0
+    last_command: str | None = None
+    last_progress: float = field(default_factory=time.time)
+
+
+class RolloutWorker:
+    """Runs rollouts for a driver. ``node_id`` labels the containers it creates (``rollout-farm.node``)."""
+
+    def __init__(self, source: Any, *, node_id: str = "", run_dir: str | None = None):
+        from envs.containers import NODE_ENV
+        from rollout.gc_tuning import tune_gc
+
+        if node_id:
+            os.environ[NODE_ENV] = node_id
+        tune_gc()
+        self.source = source
+        self.node_id = node_id
+        self.ident = f"{socket.gethostname()}:{os.getpid()}"
+        self.run_dir = run_dir
+        self.policy_version: str | None = None
+        self.live_rollouts: dict[tuple[str, int], LiveRollout] = {}
+        self.finished = 0
+        self._model: GatedModel | None = None
+        self._gate: asyncio.Event | None = None
+
+    @property
+    def gate(self) -> asyncio.Event:
+        if self._gate is None:  # created on the actor's event loop, not in __init__
+            self._gate = asyncio.Event()
+            self._gate.set()
+        return self._gate
+
+    def info(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "worker": self.ident, "pid": os.getpid(), "finished": self.finished,
+                "in_flight": len(self.live_rollouts), "policy_version": self.policy_version,
+                "paused": self._gate is not None and not self._gate.is_set()}
+
+    async def execute(self, task: Task, meta: RequestMeta) -> RolloutResult:
+        if self._model is None:
+            self._model = GatedModel(self.source.build_model(), self)
+        try:
+            parts = self.source.parts(task, meta)
+        except Exception as exc:  # noqa: BLE001 - one rollout's broken parts never stop the others
+            result = failure_result(task, meta, exc)
+        else:
+            key = (meta.rollout_id, meta.attempt)
+            self.live_rollouts[key] = LiveRollout(meta.rollout_id, meta.task_id, meta.sample_index, meta.attempt)
+            try:
+                result = await run_rollout(task, parts.agent, self._model, parts.env, verifier=parts.verifier,
+                                           meta=meta, limits=parts.limits, observers=self._observers(meta, key))
+            finally:
+                self.live_rollouts.pop(key, None)
+        self.finished += 1
+        result.node_id, result.worker = self.node_id or None, self.ident
+        return result
+
+    def _observers(self, meta: RequestMeta, key: tuple[str, int]) -> list[events.Observer]:
+        store = None
+        if self.run_dir is not None and Path(self.run_dir).is_dir():  # a file system shared with the driver
+            from rollout.run_store import RunStore
+
+            store = RunStore(self.run_dir)
+        last = [0.0]
+
+        def observe(event: events.Event) -> None:
+            live = self.live_rollouts.get(key)
+            if live is None:
+                return
+            live.last_progress = time.time()
+            if event.kind == events.ACTION_EXECUTED and event.data.get("command"):
+                live.last_command = str(event.data["command"])[:200]
+            if event.kind == events.STEP_DONE:
+                live.step = int(event.data.get("step", live.step))
+                trajectory = event.data.get("trajectory")
+                now = time.monotonic()
+                if store is not None and trajectory is not None and now - last[0] >= PARTIAL_WRITE_INTERVAL:
+                    last[0] = now
+                    store.write_trajectory(meta, trajectory)
+
+        return [observe]
+
+    def live(self) -> list[dict[str, Any]]:
+        """The in-flight rollouts of this worker: task, sample, attempt, step, last command, times, node."""
+        return [{**vars(r), "node_id": self.node_id, "worker": self.ident} for r in self.live_rollouts.values()]
+
+    def set_policy_version(self, version: str | int | None) -> None:
+        self.policy_version = None if version is None else str(version)
+
+    def pause(self) -> None:
+        self.gate.clear()
+
+    def resume(self) -> None:
+        self.gate.set()
+
+    async def shutdown(self) -> None:
+        """Close the model's connections, the warm pools, and every container this process still tracks."""
+        from envs.containers import remove_tracked
+        from envs.warm_pool import close_all
+
+        if self._model is not None:
+            await self._model.aclose()
+            self._model = None
+        await close_all()
+        await asyncio.to_thread(remove_tracked)
