@@ -49,10 +49,11 @@ class Driver:
         run_id: str,
         concurrency: int,
         base_seed: int = 0,
-        progress_interval: float = 5.0,
+        progress_interval: float | None = 5.0,
         write_trajectories: bool = True,
         out: TextIO = sys.stderr,
         on_result: Callable[[RolloutResult], Awaitable[None] | None] | None = None,
+        stop_when: Callable[[], bool] | None = None,
     ):
         self.backend, self.store, self.plan = backend, store, plan
         self.run_id, self.concurrency, self.base_seed = run_id, concurrency, base_seed
@@ -60,6 +61,9 @@ class Driver:
         self.write_trajectories = write_trajectories
         self.out = out
         self.on_result = on_result
+        self.stop_when = stop_when
+        """Checked before each new (task, sample) starts: True leaves the rest unstarted (a token budget)."""
+        self.not_started: list[tuple[Task, int, int]] = []
         total = plan.done_count + plan.final_failed_count + len(plan.todo)
         self.progress = Progress(total, already_done=plan.done_count + plan.final_failed_count)
         self.finished: list[RolloutResult] = []
@@ -71,18 +75,23 @@ class Driver:
         for item in self.plan.todo:
             queue.put_nowait(item)
         workers = [asyncio.create_task(self._worker(queue)) for _ in range(min(self.concurrency, len(self.plan.todo)))]
-        ticker = asyncio.create_task(self._tick())
+        ticker = asyncio.create_task(self._tick()) if self.progress_interval else None
         try:
             await asyncio.gather(*workers)
         finally:
             for w in workers:
                 w.cancel()
-            ticker.cancel()
-            await asyncio.gather(*workers, ticker, return_exceptions=True)
+            if ticker is not None:
+                ticker.cancel()
+            await asyncio.gather(*workers, *([ticker] if ticker else []), return_exceptions=True)
+            while not queue.empty():
+                self.not_started.append(queue.get_nowait())
         return self.finished
 
     async def _worker(self, queue: asyncio.Queue) -> None:
         while True:
+            if self.stop_when is not None and self.stop_when():
+                return
             try:
                 task, sample, attempt = queue.get_nowait()
             except asyncio.QueueEmpty:

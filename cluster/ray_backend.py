@@ -166,6 +166,10 @@ class RayBackend:
                 f"{_first_line(exc)}"))
         except (TaskCancelledError, RayError) as exc:
             result = failure_result(task, meta, WorkerDied(f"{type(exc).__name__}: {_first_line(exc)}"))
+        except asyncio.CancelledError:  # the caller gave up (a batch deadline): stop the attempt for real
+            ray.cancel(ref)
+            await asyncio.shield(asyncio.to_thread(self._remove_rollout_containers, meta.rollout_id))
+            raise
         finally:
             await self._release(node)
         if result.node_id is None:

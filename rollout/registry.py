@@ -108,6 +108,7 @@ POLICIES = Registry(
         "echo": "rollout.models.policies:echo",
         "bash_echo": "rollout.models.policies:bash_echo",
         "oracle": "rollout.models.policies:oracle",
+        "seed_writer": "rollout.models.policies:seed_writer",
         "gold": "rollout.models.swe_policies:gold",
         "empty": "rollout.models.swe_policies:empty",
         "replay": "rollout.models.swe_policies:replay",

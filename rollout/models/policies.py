@@ -33,3 +33,15 @@ def oracle(messages: list[Message], ctx: PolicyContext) -> Output:
     if ctx.task is None:
         return f"unknown task {ctx.meta.task_id!r}"
     return str(ctx.task.data.get("answer", ""))
+
+
+def seed_writer(messages: list[Message], ctx: PolicyContext) -> Output:
+    """Mini-SWE style, two turns whose effect depends on the sample's seed: write the request's seed to
+    ``seed.txt`` (after sleeping the task's ``data["pause"]`` seconds, if any), then submit. A task's check
+    command can pay by seed, so a group's rewards are known in advance (trainer tests, demos of GRPO groups)."""
+    turn = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+    if turn == 1:
+        pause = float(ctx.task.data.get("pause", 0)) if ctx.task is not None else 0.0
+        sleep = f"sleep {pause:g} && " if pause > 0 else ""
+        return f"Recording my seed.\n```bash\n{sleep}echo {ctx.meta.seed} > seed.txt\n```"
+    return f"Done.\n```bash\necho {SUBMIT_SENTINEL}\n```"

@@ -1,0 +1,359 @@
+"""RolloutFarm: the Python API for RL trainers.
+
+    from cluster import RolloutFarm
+
+    farm = RolloutFarm.from_config("configs/train.yaml")           # or RolloutFarm.from_objects(...)
+    batch = farm.generate(tasks, n=8)                               # grouped results, failures as data
+    batch.rewards, batch.masks, batch.groups[0].results[0].trajectory.steps[0].completion_token_ids
+    farm.pause(); <update weights>; farm.set_policy_version(step); farm.resume()
+    async for result in farm.stream(tasks, n=8): ...                # as they finish
+    farm.close()
+
+The farm keeps its workers (one Ray actor per node, or one in-process worker with ``backend="local"``)
+across calls: a training loop calls ``generate`` every step without restarting Ray or re-creating
+workers. Its asyncio machinery runs on a private event-loop thread, so the blocking methods work from
+plain code and the async ones from any event loop. A rollout's failure never raises: it is a result
+with ``status == "infra_failed"``, retried up to ``max_attempts`` and then handled by the group policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
+
+from cluster.driver import Driver
+from cluster.worker import ConfigSource, ObjectSource, RolloutWorker
+from rollout.errors import ConfigError, DeadlineExceeded
+from rollout.groups import Batch, GroupPolicy, apply_policy, group_results
+from rollout.records import RolloutResult, Task
+from rollout.resume import Plan, Planned
+from rollout.runner import failure_result
+
+
+class _MemoryStore:
+    """The driver's store for trainer calls: results stay in memory (the caller gets them)."""
+
+    def append(self, result: RolloutResult, trajectory: bool = True) -> RolloutResult:
+        return result
+
+
+class InProcessBackend:
+    """``farm.backend: local`` for the trainer API: one ``RolloutWorker`` in this process."""
+
+    def __init__(self, source: Any):
+        self.worker = RolloutWorker(source, node_id="")
+
+    async def execute(self, task: Task, meta: Any, observers: list) -> RolloutResult:
+        return await self.worker.execute(task, meta)
+
+    async def broadcast(self, method: str, *args: Any) -> list[Any]:
+        out = getattr(self.worker, method)(*args)
+        return [await out if asyncio.iscoroutine(out) else out]
+
+    async def close(self) -> None:
+        await self.worker.shutdown()
+
+
+class RolloutFarm:
+    """Rollouts for a trainer, grouped n per task. Build with ``from_config`` or ``from_objects``."""
+
+    def __init__(self, source: Any, *, backend: str = "ray", address: str | None = None,
+                 num_cpus: int | None = None, resources: Any = None, concurrency: int = 64,
+                 max_attempts: int = 3, seed: int = 0, deadline_per_attempt: float | None = None,
+                 group_policy: GroupPolicy | dict | None = None, token_budget: int | None = None,
+                 engines: Sequence[str] = (), name: str = "farm", out: TextIO = sys.stderr,
+                 on_start: Callable[[], Any] | None = None, on_close: Callable[[], Any] | None = None):
+        if backend not in ("ray", "local"):
+            raise ConfigError(f"must be 'ray' or 'local', got {backend!r}", "farm.backend")
+        self.source, self.backend_kind = source, backend
+        self.address, self.num_cpus, self.resources = address, num_cpus, resources
+        self.concurrency, self.max_attempts, self.seed = concurrency, max_attempts, seed
+        self.deadline_per_attempt = deadline_per_attempt
+        self.group_policy = group_policy if isinstance(group_policy, GroupPolicy) else GroupPolicy(**(group_policy or {}))
+        self.token_budget, self.tokens_used = token_budget, 0
+        self.engines, self.name, self.out = tuple(engines), name, out
+        self._on_start, self._on_close = on_start, on_close
+        self._calls = itertools.count()
+        self._backend: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # ---- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, config: str | Path | dict | list, overrides: Sequence[str] = (), **options: Any) -> "RolloutFarm":
+        """A farm from a run config (files merged in order, or a dict); ``dataset`` is not needed.
+        ``farm``, ``run`` and ``fake_server`` sections apply; keyword options override them."""
+        from cluster.backends import default_deadline, rollout_resources
+        from cluster.compose import Composer
+        from cluster.job import resolve_auto_runtimes
+        from cluster.run_config import RunConfig
+        from rollout.config import load_config, validate
+
+        if isinstance(config, dict):
+            raw = dict(config)
+        else:
+            paths = [str(config)] if isinstance(config, (str, Path)) else [str(p) for p in config]
+            raw = load_config(paths, list(overrides))
+        raw.setdefault("dataset", {"path": "-"})
+        resolve_auto_runtimes(raw)
+        run_config = validate(RunConfig, raw)
+        composer = Composer(run_config)
+        server: dict[str, Any] = {}
+
+        async def start_server() -> None:
+            if run_config.fake_server is not None:  # a scripted policy served over HTTP (demos, tests)
+                from rollout.models.fake_server import FakeServerConfig, start_fake_server
+
+                fs = run_config.fake_server
+                server["s"] = await start_fake_server(FakeServerConfig(policy=fs.policy, latency=fs.latency,
+                                                                       faults=fs.faults))
+                farm.source = ConfigSource(raw, server["s"].url)
+
+        async def stop_server() -> None:
+            if "s" in server:
+                await server.pop("s").stop()
+
+        settings = dict(
+            backend=run_config.farm.backend, address=run_config.farm.address, num_cpus=run_config.farm.num_cpus,
+            resources=rollout_resources(run_config, composer), concurrency=run_config.run.concurrency,
+            max_attempts=run_config.run.max_attempts, seed=run_config.run.seed,
+            deadline_per_attempt=run_config.farm.deadline or default_deadline(composer),
+            engines=sorted(composer.container_engines()), name=run_config.run_id or "farm",
+        )
+        settings.update(options)
+        farm = cls(ConfigSource(raw), on_start=start_server, on_close=stop_server, **settings)
+        return farm
+
+    @classmethod
+    def from_objects(cls, model: Any, agent: Any, env_factory: Callable, verifier_factory: Callable | None = None,
+                     limits: Any = None, **options: Any) -> "RolloutFarm":
+        """A farm from objects: ``env_factory(task, meta)`` returns a fresh environment per rollout,
+        ``verifier_factory(task, env)`` its verifier (default: the environment's own ``verify``). With the ray
+        backend they are pickled to the workers (module-level functions and classes pickle by reference)."""
+        return cls(ObjectSource(model, agent, env_factory, verifier_factory, limits), **options)
+
+    # ---- the event-loop thread -----------------------------------------------------------------
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("this RolloutFarm is closed")
+        self._ensure_loop()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _ensure_loop(self) -> None:
+        if self._loop is not None:
+            return
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name=f"rollout-farm-{self.name}", daemon=True)
+        self._thread.start()
+        ready.wait()
+        self._loop = loop
+
+    def start(self) -> "RolloutFarm":
+        """Join or start Ray and start the workers (done by the first call that needs them)."""
+        if self._backend is not None:
+            return self
+        if self._on_start is not None:
+            self._run(self._on_start())
+        if self.backend_kind == "ray":
+            from cluster.ray_session import connect
+
+            connect(self.address, num_cpus=self.num_cpus, out=self.out)  # in the caller's (main) thread
+        self._backend = self._run(self._start_backend())
+        return self
+
+    async def _start_backend(self) -> Any:
+        if self.backend_kind == "local":
+            return InProcessBackend(self.source)
+        from cluster.ray_backend import RayBackend, Resources
+
+        backend = RayBackend(self.source, run_id=self.name, resources=self.resources or Resources(),
+                             concurrency=self.concurrency, deadline=self.deadline_per_attempt,
+                             engines=self.engines, name=f"rollout-worker:{self.name}", out=self.out)
+        return await backend.start()
+
+    # ---- rollouts ------------------------------------------------------------------------------
+
+    def generate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
+                 seed: int | None = None) -> Batch:
+        """Run ``n`` samples of every task; return them grouped (see ``rollout.groups.Batch``).
+
+        ``deadline``: seconds for the whole call; what has not finished by then is cancelled (its containers
+        removed) and returned as failed with ``deadline_exceeded``. ``seed``: sample i gets ``seed + i``
+        (default: the farm's seed + 1000 x the call number, so successive steps differ)."""
+        self.start()
+        return self._run(self.agenerate(tasks, n, deadline=deadline, seed=seed))
+
+    async def agenerate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
+                        seed: int | None = None, on_result: Callable[[RolloutResult], Any] | None = None) -> Batch:
+        """``generate`` for code already on the farm's loop (or wrap with ``stream`` from another loop)."""
+        tasks = [t if isinstance(t, Task) else Task.model_validate(t) for t in tasks]
+        call = next(self._calls)
+        base_seed = self.seed + 1000 * call if seed is None else seed
+        run_id = f"{self.name}-{call}"
+        t0 = time.perf_counter()
+        results, not_started = await self._run_members(tasks, list(range(n)), run_id, base_seed, deadline, on_result)
+        by_key = {(r.task_id, r.sample_index): r for r in results}
+        if self.group_policy.on_failure == "retry":
+            for _ in range(self.group_policy.max_group_retries):
+                failed = [r for r in by_key.values() if r.status != "completed"]
+                if not failed:
+                    break
+                again = await self._retry(failed, tasks, run_id, base_seed, deadline, t0, on_result)
+                by_key.update({(r.task_id, r.sample_index): r for r in again})
+        order = {t.task_id: i for i, t in enumerate(tasks)}
+        groups = apply_policy(group_results(sorted(by_key.values(), key=lambda r: (order[r.task_id], r.sample_index))),
+                              self.group_policy)
+        batch = Batch(groups=[g for g in groups if not g.dropped], dropped=[g for g in groups if g.dropped],
+                      not_started=not_started, wall_seconds=time.perf_counter() - t0,
+                      tokens=sum(r.usage.total_tokens for r in by_key.values()))
+        return batch
+
+    async def _retry(self, failed: list[RolloutResult], tasks: list[Task], run_id: str, base_seed: int,
+                     deadline: float | None, t0: float, on_result: Any) -> list[RolloutResult]:
+        """Run failed members again (same sample index, so the same seed), their attempt history kept."""
+        if deadline is not None:
+            deadline = max(0.0, deadline - (time.perf_counter() - t0))
+        by_id = {t.task_id: t for t in tasks}
+        out = []
+        for r in failed:
+            again, _ = await self._run_members([by_id[r.task_id]], [r.sample_index], run_id, base_seed, deadline,
+                                               on_result, first_attempt=r.attempt + 1, history=r.attempts)
+            out.extend(again)
+        return out
+
+    async def _run_members(self, tasks: list[Task], samples: list[int], run_id: str, base_seed: int,
+                           deadline: float | None, on_result: Any, first_attempt: int = 1,
+                           history: list | None = None) -> tuple[list[RolloutResult], list[tuple[str, int]]]:
+        plan = Plan(first_attempt - 1 + self.max_attempts,
+                    todo=[Planned(t, s, first_attempt) for t in tasks for s in samples])
+        if history:
+            plan.history = {(t.task_id, s): list(history) for t in tasks for s in samples}
+
+        def budget_spent() -> bool:
+            return self.token_budget is not None and self.tokens_used >= self.token_budget
+
+        async def count(result: RolloutResult) -> None:
+            self.tokens_used += result.usage.total_tokens
+            if on_result is not None:
+                maybe = on_result(result)
+                if asyncio.iscoroutine(maybe):
+                    await maybe
+
+        driver = Driver(self._backend, _MemoryStore(), plan, run_id=run_id, concurrency=self.concurrency,
+                        base_seed=base_seed, progress_interval=None, write_trajectories=False, out=self.out,
+                        on_result=count, stop_when=budget_spent)
+        try:
+            await asyncio.wait_for(driver.run(), deadline)
+        except asyncio.TimeoutError:
+            pass
+        finished = {(r.task_id, r.sample_index) for r in driver.finished}
+        results = list(driver.finished)
+        never = {(t.task_id, s) for t, s, _ in driver.not_started}
+        for p in plan.todo:
+            key = (p.task.task_id, p.sample_index)
+            if key in finished or key in never:
+                continue
+            meta = _meta(run_id, p.task, p.sample_index, p.attempt, base_seed)
+            cut = failure_result(p.task, meta, DeadlineExceeded(f"the batch deadline of {deadline:g}s passed"))
+            results.append(cut)
+            await count(cut)
+        return results, sorted(never)
+
+    async def stream(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
+                     seed: int | None = None) -> AsyncIterator[RolloutResult]:
+        """Yield each final result as it finishes (from any event loop); group retries are not applied."""
+        caller = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        done = object()
+        await asyncio.to_thread(self.start)
+
+        def push(item: Any) -> None:
+            caller.call_soon_threadsafe(queue.put_nowait, item)
+
+        async def produce() -> None:
+            try:
+                policy, self.group_policy = self.group_policy, self.group_policy.model_copy(update={"on_failure": "mask"})
+                try:
+                    await self.agenerate(tasks, n, deadline=deadline, seed=seed, on_result=push)
+                finally:
+                    self.group_policy = policy
+            finally:
+                push(done)
+
+        future = asyncio.run_coroutine_threadsafe(produce(), self._loop)
+        while True:
+            item = await queue.get()
+            if item is done:
+                break
+            yield item
+        await asyncio.wrap_future(future)
+
+    # ---- control ------------------------------------------------------------------------------
+
+    def set_policy_version(self, version: str | int | None) -> None:
+        """Every model call that starts after this records ``version`` on its turn (``Step.policy_version``)."""
+        self.start()
+        self._run(self._backend.broadcast("set_policy_version", version))
+
+    def pause(self) -> None:
+        """No new model call starts until ``resume()`` (calls already sent finish); rollouts otherwise go on."""
+        self.start()
+        self._run(self._backend.broadcast("pause"))
+
+    def resume(self) -> None:
+        self.start()
+        self._run(self._backend.broadcast("resume"))
+
+    def workers(self) -> list[dict[str, Any]]:
+        """One entry per live worker: node id, ``host:pid``, rollouts finished, in flight, policy version."""
+        self.start()
+        return self._run(self._backend.broadcast("info"))
+
+    def live(self) -> list[dict[str, Any]]:
+        """The rollouts in flight right now, across workers (task, sample, step, last command, node)."""
+        self.start()
+        return [r for rows in self._run(self._backend.broadcast("live")) for r in rows]
+
+    def close(self) -> None:
+        """Stop the workers (their containers are removed) and the loop thread. Ray itself stays up."""
+        if self._closed:
+            return
+        try:
+            if self._backend is not None:
+                self._run(self._backend.close())
+            if self._on_close is not None:
+                self._run(self._on_close())
+        finally:
+            self._closed = True
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=10)
+
+    def __enter__(self) -> "RolloutFarm":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _meta(run_id: str, task: Task, sample: int, attempt: int, base_seed: int) -> Any:
+    from cluster.driver import rollout_meta
+
+    return rollout_meta(run_id, task, sample, attempt, base_seed)
+

@@ -1,0 +1,131 @@
+"""The trainer API on the session's Ray cluster: grouped results, seeds, token data, retries inside a group,
+worker reuse across calls, pause/resume and policy versions, failures as data."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+from cluster import RolloutFarm
+
+pytestmark = [pytest.mark.ray]
+
+N_TASKS, N = 8, 4
+
+
+def config(runtime: dict, **farm) -> dict:
+    return {
+        "run_id": farm.pop("run_id", "trainer"),
+        "model": {"type": "scripted", "policy": "seed_writer"},
+        "agent": {"type": "mini_swe", "max_steps": 5},
+        "environment": {"type": "shell", "command_timeout": 30},
+        "runtime": runtime,
+        "verifier": {"type": "check_command"},
+        "farm": {"backend": "ray", **farm},
+        "run": {"concurrency": 16, "max_attempts": 2},
+    }
+
+
+def tasks(pause_for: dict[int, float] | None = None) -> list[dict]:
+    """Task k pays 1.0 when (seed + k) % 3 == 0, so every group's rewards are known from its seeds."""
+    return [{"task_id": f"t{k}", "prompt": "Write your seed to seed.txt.",
+             "data": {"check": f"test $(( ($(cat seed.txt) + {k}) % 3 )) -eq 0",
+                      "pause": (pause_for or {}).get(k, 0)}} for k in range(N_TASKS)]
+
+
+def expected_rewards(base_seed: int) -> list[list[float]]:
+    return [[1.0 if (base_seed + s + k) % 3 == 0 else 0.0 for s in range(N)] for k in range(N_TASKS)]
+
+
+def kill_first_container(rollout_id: str, killed: list[str], stop: threading.Event) -> None:
+    """The injected fault: remove the first container of ``rollout_id`` while its command runs."""
+    while not stop.is_set():
+        out = subprocess.run(["docker", "ps", "-q", "--filter", f"label=rollout-farm.rollout={rollout_id}"],
+                             capture_output=True, text=True).stdout.split()
+        if out:
+            subprocess.run(["docker", "rm", "-f", out[0]], capture_output=True)
+            killed.append(out[0])
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_generate_groups_seeds_tokens_a_retried_container_and_reused_workers(ray_cluster, base_image):
+    runtime = {"type": "docker", "image": base_image, "cpus": 0.5, "memory": "256m"}
+    farm = RolloutFarm.from_config(config(runtime, run_id="trainer-docker"))
+    killed: list[str] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=kill_first_container, args=("t5#2", killed, stop))
+    killer.start()
+    try:
+        batch = farm.generate(tasks(pause_for={5: 3.0}), n=N, seed=0)
+        stop.set()
+        killer.join()
+        workers_first = {w["worker"] for w in farm.workers()}
+
+        assert len(killed) == 1, "the fault was injected once"
+        assert batch.rewards == expected_rewards(0)
+        assert batch.failed == 0 and batch.dropped == []
+        for group in batch.groups:
+            assert len(set(group.seeds)) == N and group.seeds == [0, 1, 2, 3]
+            assert {r.group_id for r in group.results} == {group.task_id}
+            for r in group.results:
+                assert r.trajectory.steps and all(s.completion_token_ids and s.prompt_token_ids
+                                                  and s.logprobs for s in r.trajectory.steps)
+                assert r.node_id and r.worker in workers_first
+        hit = batch.groups[5].results[2]
+        assert [a.status for a in hit.attempts] == ["infra_failed", "completed"]
+        assert hit.attempts[0].exit_reason.is_infrastructure and hit.seed == 2  # same member, same seed
+
+        again = farm.generate(tasks(), n=N)  # the next training step: new seeds, same workers
+        assert {w["worker"] for w in farm.workers()} == workers_first
+        assert again.groups[0].seeds == [1000, 1001, 1002, 1003]
+        assert again.rewards == expected_rewards(1000)
+    finally:
+        stop.set()
+        farm.close()
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=rollout-farm.run=trainer-docker-0"],
+                          capture_output=True, text=True).stdout.split()
+    assert left == []
+
+
+def test_pause_holds_model_calls_and_versions_are_stamped_per_turn(ray_cluster):
+    farm = RolloutFarm.from_config(config({"type": "null", "echo": True}, run_id="trainer-pause"))
+    try:
+        farm.set_policy_version("v1")
+        farm.pause()
+        box: dict = {}
+        thread = threading.Thread(target=lambda: box.update(batch=farm.generate(tasks()[:2], n=2)))
+        thread.start()
+        time.sleep(2.0)
+        live = farm.live()
+        assert len(live) == 4 and all(r["step"] == 0 for r in live), "no model call may start while paused"
+        farm.set_policy_version("v2")
+        farm.resume()
+        thread.join(60)
+        batch = box["batch"]
+        steps = [s for r in batch.results for s in r.trajectory.steps]
+        assert steps and {s.policy_version for s in steps} == {"v2"}
+        assert all(w["policy_version"] == "v2" for w in farm.workers())
+    finally:
+        farm.close()
+
+
+def test_a_failing_member_is_data_and_the_group_policy_applies(ray_cluster):
+    # A task without a check command is a verifier error: an infrastructure failure, retried, then data in the
+    # batch (never an exception that loses the other groups).
+    broken = {"task_id": "no-check", "prompt": "Write your seed.", "data": {}}
+    cfg = config({"type": "null", "echo": True}, run_id="trainer-policy")
+    with RolloutFarm.from_config(cfg, group_policy={"on_failure": "drop"}) as farm:
+        batch = farm.generate([tasks()[0], broken], n=2)
+    assert [g.task_id for g in batch.groups] == ["t0"]
+    assert [g.task_id for g in batch.dropped] == ["no-check"]
+    assert batch.failed == 2 and batch.failures == {"verifier_error": 2}
+    assert all(len(r.attempts) == 2 for r in batch.dropped[0].results)  # retried up to max_attempts first
+    with RolloutFarm.from_config(cfg, group_policy={"on_failure": "mask"}, backend="local") as farm:
+        masked = farm.generate([broken], n=2)
+    assert masked.masks == [[False, False]] and masked.rewards == [[0.0, 0.0]]
