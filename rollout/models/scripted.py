@@ -120,7 +120,7 @@ class ScriptedModel:
             raise ValueError("ScriptedModel needs exactly one of outputs= or policy=")
         self.outputs = list(outputs) if outputs is not None else None
         self.policy = policy
-        self.tasks = dict(tasks or {})
+        self.tasks = tasks if tasks is not None else {}  # a live view: tasks bound later are seen
         self.name = name
         self.context_window = context_window
         self._cursor: dict[str, int] = {}

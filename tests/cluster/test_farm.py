@@ -129,3 +129,45 @@ def test_a_failing_member_is_data_and_the_group_policy_applies(ray_cluster):
     with RolloutFarm.from_config(cfg, group_policy={"on_failure": "mask"}, backend="local") as farm:
         masked = farm.generate([broken], n=2)
     assert masked.masks == [[False, False]] and masked.rewards == [[0.0, 0.0]]
+
+
+def test_from_objects_on_ray_and_results_streamed_as_they_finish(ray_cluster):
+    import asyncio
+
+    from agents.swe_agent import MiniSweAgent
+    from envs.null_runtime import NullRuntime, NullRuntimeConfig
+    from envs.shell_env import ShellEnvironment
+    from envs.verifiers import CheckCommandVerifier
+    from rollout.models.policies import seed_writer
+    from rollout.models.scripted import ScriptedModel
+
+    farm = RolloutFarm.from_objects(
+        ScriptedModel(policy=seed_writer), MiniSweAgent(),
+        env_factory=lambda task, meta: ShellEnvironment(NullRuntime(NullRuntimeConfig(echo=True))),
+        verifier_factory=lambda task, env: CheckCommandVerifier(env=env),
+        name="trainer-objects", concurrency=4,
+    )
+
+    async def consume():
+        seen = []
+        async for result in farm.stream(tasks()[:3], n=2, seed=7):
+            seen.append((result.task_id, result.sample_index, result.seed, result.status))
+        return seen
+
+    try:
+        seen = asyncio.run(consume())
+        assert sorted(seen) == [(f"t{k}", s, 7 + s, "completed") for k in range(3) for s in range(2)]
+        assert len(farm.workers()) == 1 and farm.workers()[0]["finished"] == 6
+    finally:
+        farm.close()
+
+
+def test_a_token_budget_stops_new_rollouts_and_says_which_never_started(ray_cluster):
+    cfg = config({"type": "null", "echo": True}, run_id="trainer-budget")
+    cfg["run"]["concurrency"] = 2
+    with RolloutFarm.from_config(cfg, backend="local", token_budget=1) as farm:
+        batch = farm.generate(tasks()[:3], n=2)
+        # at most the window (2) started before the first result spent the budget; the rest never started
+        assert 1 <= len(batch.results) <= 2 and len(batch.results) + len(batch.not_started) == 6
+        assert f"{len(batch.not_started)} not started (token budget)" in batch.describe()
+        assert farm.tokens_used == batch.tokens > 1
