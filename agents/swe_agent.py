@@ -50,7 +50,7 @@ class MiniSweAgent:
         return Limits.of(self.config)
 
     async def run(self, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> None:
-        reset = await env.reset(task)
+        reset = await ctx.reset_env(env, task)
         cfg = self.config
         variables = {
             "task": task,

@@ -96,7 +96,7 @@ class TextActionSession:
         self.done = False
 
     async def reset(self, task: Task) -> list[Message]:
-        reset = await self.env.reset(task)
+        reset = await self.ctx.reset_env(self.env, task)
         self.ctx.trajectory.tools = reset.tools
         opening = task.opening_messages(self.agent.system_prompt(reset.tools))
         self.ctx.add_messages(*opening, *reset.messages)

@@ -39,7 +39,7 @@ class ToolCallingAgent:
         return Limits.of(self.config)
 
     async def run(self, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> None:
-        reset = await env.reset(task)
+        reset = await ctx.reset_env(env, task)
         ctx.trajectory.tools = reset.tools
         ctx.add_messages(*task.opening_messages(self.config.system_prompt), *reset.messages)
         while True:

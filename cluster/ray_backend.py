@@ -35,6 +35,9 @@ NODE_REFRESH_INTERVAL = 5.0
 """Seconds between looks at the cluster's node list (joined and lost nodes)."""
 WORKER_START_TIMEOUT = 120.0
 """Seconds a new worker actor may take to answer its first call."""
+CANCEL_GRACE = 30.0
+"""Seconds a cancelled attempt may take to close its runtime before its containers are removed by label."""
+"""Seconds a new worker actor may take to answer its first call."""
 
 _WorkerActor = None
 
@@ -98,6 +101,11 @@ class RayBackend:
         self._refresher: asyncio.Task | None = None
         self.workers_lost = 0
         self.deadlines_hit = 0
+        self.waiting = 0
+        """Rollouts the driver admitted that wait for a node slot (the queue depth)."""
+        from cluster.metrics import FarmMetrics
+
+        self.metrics = FarmMetrics(run_id)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -141,20 +149,25 @@ class RayBackend:
         out = await asyncio.gather(*refs, return_exceptions=True)
         return [r for r in out if not isinstance(r, BaseException)]
 
+    async def live(self) -> list[dict[str, Any]]:
+        """The in-flight rollouts of every live worker (``RolloutWorker.live`` rows)."""
+        return [row for rows in await self.broadcast("live") for row in rows]
+
     # ---- execution -----------------------------------------------------------------------------
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         node = await self._acquire()
         actor, generation = node.actor, node.generation
         ref = actor.execute.remote(task, meta)
+        future = _as_future(ref)
+        future.add_done_callback(_retrieve)  # a cancelled attempt's error is expected, never "unretrieved"
         try:
-            if self.deadline is None:
-                result = await ref
-            else:
-                result = await asyncio.wait_for(asyncio.shield(_as_future(ref)), self.deadline)
+            result = await asyncio.wait_for(asyncio.shield(future), self.deadline)
         except asyncio.TimeoutError:
             self.deadlines_hit += 1
             ray.cancel(ref)
+            # Let the worker unwind (its runtime closes what it started), then remove what is left by label.
+            await asyncio.wait([future], timeout=CANCEL_GRACE)
             await asyncio.to_thread(self._remove_rollout_containers, meta.rollout_id)
             result = failure_result(task, meta, DeadlineExceeded(
                 f"attempt {meta.attempt} of {meta.rollout_id} passed the {self.deadline:g}s deadline on node "
@@ -175,22 +188,34 @@ class RayBackend:
         if result.node_id is None:
             result.node_id, result.worker = node.node_id, node.worker
         node.ran += 1
+        self.metrics.inc("attempts", status=result.status, exit_reason=result.exit_reason.value)
         return result
 
     async def _acquire(self) -> Node:
         assert self._changed is not None, "call start() first"
         async with self._changed:
-            while True:
-                best = max(self.nodes.values(), key=lambda n: n.free, default=None)
-                if best is not None and best.free > 0:
-                    best.used += 1
-                    return best
-                await self._changed.wait()
+            self.waiting += 1
+            try:
+                while True:
+                    best = max(self.nodes.values(), key=lambda n: n.free, default=None)
+                    if best is not None and best.free > 0:
+                        best.used += 1
+                        return best
+                    self._gauges()
+                    await self._changed.wait()
+            finally:
+                self.waiting -= 1
+                self._gauges()
 
     async def _release(self, node: Node) -> None:
         async with self._changed:
             node.used -= 1
+            self._gauges()
             self._changed.notify_all()
+
+    def _gauges(self) -> None:
+        self.metrics.set("rollouts_in_flight", sum(n.used for n in self.nodes.values()))
+        self.metrics.set("queue_depth", self.waiting)
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -235,7 +260,7 @@ class RayBackend:
                 max_concurrency=100_000,
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            ).remote(self.source_ref, node_id=node.node_id, run_dir=self.run_dir)
+            ).remote(self.source_ref, node_id=node.node_id, run_dir=self.run_dir, metrics_run=self.run_id)
             try:
                 info = await asyncio.wait_for(_as_future(actor.info.remote()), WORKER_START_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
@@ -255,6 +280,7 @@ class RayBackend:
         if node.generation != generation or node.actor is None:
             return  # already replaced after another of its calls failed
         self.workers_lost += 1
+        self.metrics.inc("workers_lost")
         node.lost_workers.append(node.worker or "?")
         print(f"[farm] worker {node.worker} on node {node.node_id[:8]} died ({type(exc).__name__}); "
               "its rollouts run again, a replacement starts", file=self.out, flush=True)
@@ -290,6 +316,11 @@ class RayBackend:
 
 def _as_future(ref: Any) -> asyncio.Future:
     return asyncio.wrap_future(ref.future())
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -123,7 +123,7 @@ class LiveRollout:
 class RolloutWorker:
     """Runs rollouts for a driver. ``node_id`` labels the containers it creates (``rollout-farm.node``)."""
 
-    def __init__(self, source: Any, *, node_id: str = "", run_dir: str | None = None):
+    def __init__(self, source: Any, *, node_id: str = "", run_dir: str | None = None, metrics_run: str | None = None):
         from envs.containers import NODE_ENV
         from rollout.gc_tuning import tune_gc
 
@@ -139,6 +139,11 @@ class RolloutWorker:
         self.finished = 0
         self._model: GatedModel | None = None
         self._gate: asyncio.Event | None = None
+        self.metrics = None
+        if metrics_run is not None:  # inside Ray: the farm's metrics (cluster.metrics), tagged with the run
+            from cluster.metrics import FarmMetrics
+
+            self.metrics = FarmMetrics(metrics_run)
 
     @property
     def gate(self) -> asyncio.Event:
@@ -194,7 +199,7 @@ class RolloutWorker:
                     last[0] = now
                     store.write_trajectory(meta, trajectory)
 
-        return [observe]
+        return [observe] if self.metrics is None else [observe, self.metrics.observer]
 
     def live(self) -> list[dict[str, Any]]:
         """The in-flight rollouts of this worker: task, sample, attempt, step, last command, times, node."""

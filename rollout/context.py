@@ -40,6 +40,13 @@ class RolloutContext:
         """The message list only grows: prefix caches hit and token ids stay exact."""
         self.trajectory.messages.extend(messages)
 
+    async def reset_env(self, env: Any, task: Any) -> Any:
+        """``env.reset(task)``, timed (container start, repo checkout) and reported as ``env_ready``."""
+        t0 = time.perf_counter()
+        reset = await env.reset(task)
+        self.emitter.emit(events.ENV_READY, seconds=time.perf_counter() - t0)
+        return reset
+
     async def query(self, model: Model, tools: list[dict[str, Any]] | None = None) -> Step:
         """Check limits, call the model on the whole conversation, record the step.
 

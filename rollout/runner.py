@@ -56,6 +56,8 @@ async def run_rollout(
             # Before close: a verifier may look inside the environment (a check command in its workspace).
             await _verify(verifier, task, result, ctx)
             result.timings["verify"] = time.perf_counter() - t_agent
+            if verifier is not None:
+                ctx.emitter.emit(events.VERIFY_DONE, seconds=result.timings["verify"], reward=result.reward)
     finally:
         close_error = await _close(env)
     if close_error is not None:

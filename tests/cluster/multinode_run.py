@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         report["run_seconds"] = round(time.monotonic() - started, 2)
         sampler.stop.set()
         sampler.join()
+        killer.join(timeout=60)  # until the cluster reports the killed node dead (~4 s after the kill)
         report.update(outcome(job.run_dir, head, worker.node_id))
         report.update(
             max_live_per_node=dict(sampler.max_per_node), samples=sampler.samples, sampler_error=sampler.error,

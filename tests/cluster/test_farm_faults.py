@@ -128,6 +128,7 @@ def test_the_host_side_deadline_cancels_an_attempt_and_removes_its_container(ray
     assert "8s deadline" in row["error"]["message"] and row["reward"] is None
     assert took < 60, "the attempt was cut at its deadline, not after the 600 s command"
     assert labelled("deadline") == []
+    assert "deadline per attempt: 8s" in box["out"].getvalue()
 
 
 def test_sigkill_of_the_driver_half_way_then_the_same_command_gives_one_result_each(tmp_path):
