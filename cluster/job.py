@@ -190,15 +190,34 @@ async def open_backend(job: Job, base_url: str | None) -> tuple[Any, Callable[[]
 
 
 async def start_demo_server(job: Job):
+    """The scripted policy over HTTP, on 127.0.0.1 unless the run joins a cluster: then on every interface,
+    advertised with this machine's address so workers on other nodes reach it."""
     from rollout.models.fake_server import FakeServerConfig, start_fake_server
 
     section = job.config.fake_server
+    farm = job.config.farm
+    from cluster.backends import in_ray_job
+
+    remote = farm.backend == "ray" and bool(farm.address or os.environ.get("RAY_ADDRESS") or in_ray_job())
     config = validate(
         FakeServerConfig,
-        {"policy": section.policy, "latency": section.latency, "dataset": str(job.dataset_path), "faults": section.faults},
+        {"policy": section.policy, "latency": section.latency, "dataset": str(job.dataset_path), "faults": section.faults,
+         "host": "0.0.0.0" if remote else "127.0.0.1"},
         prefix="fake_server",
     )
-    return await start_fake_server(config)
+    server = await start_fake_server(config)
+    if remote:
+        port = server.root_url.rsplit(":", 1)[1]
+        server.root_url = f"http://{node_address()}:{port}"
+        server.url = server.root_url + "/v1"
+    return server
+
+
+def node_address() -> str:
+    """This node's address as the cluster sees it."""
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
 
 
 def _k_values(samples: int) -> tuple[int, ...]:

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-tmpdir", required=True, help="directory for every file of the cluster's processes")
     parser.add_argument("--kill-after", type=int, required=True, help="results written before the node is killed")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     os.environ["RAY_TMPDIR"] = args.ray_tmpdir  # before Ray is imported: its session and address files go there
 
     import ray
