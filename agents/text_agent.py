@@ -172,9 +172,7 @@ class TextActionSession:
             answer = text.split(marker, 1)[1].strip() if marker and marker in text else text
             raise NaturalCompletion("the reply holds no action", submission=answer)
         step.actions.extend(actions)
-        t0 = time.perf_counter()
-        observations = await self.env.step(actions)
-        ctx.record_observations(step, observations, time.perf_counter() - t0)
+        observations = await ctx.execute(self.env, step, actions)
         prefix = self.agent.config.observation_prefix
         ctx.add_messages(*({"role": "user", "content": f"{prefix}{o.content}"} for o in observations))
         ctx.step_done(step)

@@ -7,7 +7,6 @@ completion) or any limit of ``rollout.termination``.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from pydantic import Field
@@ -65,10 +64,7 @@ class ToolCallingAgent:
 
 
 async def execute(env: Environment, step: Step, ctx: RolloutContext) -> list[Observation]:
-    t0 = time.perf_counter()
-    observations = await env.step(step.actions)
-    ctx.record_observations(step, observations, time.perf_counter() - t0)
-    return observations
+    return await ctx.execute(env, step, step.actions)
 
 
 def tool_reply(obs: Observation) -> Message:

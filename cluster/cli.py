@@ -1,8 +1,9 @@
-"""The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout images base|build``,
-``rollout eval``, ``rollout gc`` and ``rollout fake-server``.
+"""The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
+``rollout images base|build``, ``rollout eval``, ``rollout gc`` and ``rollout fake-server``.
 
 Exit codes: 0 done; 2 bad config, dataset or a changed run (one line naming the field, before
-any work); 130 interrupted (re-run the same command to resume).
+any work); 130 interrupted (re-run the same command to resume). ``rollout status`` exits 0 whatever the
+run's state, 2 when no such run exists.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Ray cluster to run on (same as farm.address; default $RAY_ADDRESS, else an embedded one)")
     run.add_argument("--local", action="store_true",
                      help="run the rollouts in this process instead of on Ray (same as farm.backend=local)")
+
+    status = sub.add_parser("status", help="what a run is doing: progress, in-flight rollouts, stalled ones")
+    status.add_argument("run", metavar="RUN_DIR_OR_RUN_ID", help="a run directory, or a run id under $ROLLOUT_HOME")
+    status.add_argument("--stall", type=float, default=60.0, metavar="SECONDS",
+                        help="flag in-flight rollouts without progress for this long as STALLED (default 60)")
+    status.add_argument("--watch", action="store_true", help="redraw every 2 seconds until the run is over")
 
     images = sub.add_parser("images", help="build container images offline: the base image, per-instance images",
                             add_help=False)
@@ -80,6 +87,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    import time
+
+    from cluster import live
+
+    try:
+        run_dir = live.find_run_dir(args.run)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    clear = args.watch and sys.stdout.isatty()
+    try:
+        while True:
+            state, report = live.status_report(run_dir, stall=args.stall)
+            print(("\x1b[H\x1b[2J" if clear else "") + report, flush=True)
+            if not args.watch or state != live.RUNNING:
+                return 0
+            time.sleep(2.0)
+            if not clear:
+                print(flush=True)
+    except KeyboardInterrupt:
+        return 0
+
+
 def cmd_fake_server(args: argparse.Namespace) -> int:
     from rollout.models.fake_server import FakeServerConfig, serve
 
@@ -98,10 +129,17 @@ def main(argv: list[str] | None = None) -> int:
         from cluster import eval_cli
 
         return eval_cli.main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "run" and not any(e.startswith("-") for e in extra):
+        args.items += extra  # CONFIG and key=value items may also follow an option (--address X a=b)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "status":
+            return cmd_status(args)
         if args.command == "gc":
             from envs.containers import run_gc
 

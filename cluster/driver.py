@@ -4,23 +4,34 @@ appends every finished attempt to the run store, and reports progress.
 Where a rollout executes is the backend's business (``Backend.execute``); the local backend runs
 it in this process. Task outcomes are final; infrastructure failures run again until the
 (task, sample)'s attempt limit, each attempt on its own results line.
+
+While it runs, the driver keeps ``<run_dir>/live.json`` (``cluster.live``) up to date with the rollouts in
+flight, and shows its progress: one line redrawn in place on a terminal, plain periodic lines elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 import sys
 import time
-from typing import Awaitable, Callable, Protocol, TextIO
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol, TextIO
 
+from cluster import live
 from rollout import events
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.resume import Plan, attempt_record
 from rollout.run_store import RunStore
-from rollout.summary import Progress
+from rollout.summary import Progress, ProgressDisplay
+
+log = logging.getLogger(__name__)
 
 TRAJECTORY_WRITE_INTERVAL = 2.0
 """Seconds between rewrites of a running rollout's trajectory file (plus one at the end)."""
+BACKEND_LIVE_TIMEOUT = 5.0
+"""Seconds to wait for a backend's ``live()`` rows before writing the live view from what the driver knows."""
 
 
 class Backend(Protocol):
@@ -54,6 +65,8 @@ class Driver:
         out: TextIO = sys.stderr,
         on_result: Callable[[RolloutResult], Awaitable[None] | None] | None = None,
         stop_when: Callable[[], bool] | None = None,
+        live_dir: str | Path | None = None,
+        tty: bool | None = None,
     ):
         self.backend, self.store, self.plan = backend, store, plan
         self.run_id, self.concurrency, self.base_seed = run_id, concurrency, base_seed
@@ -68,16 +81,57 @@ class Driver:
         self.progress = Progress(total, already_done=plan.done_count + plan.final_failed_count)
         self.finished: list[RolloutResult] = []
         self.in_flight = 0
+        self.tracker = live.LiveTracker()
+        """The attempts in flight, updated by their events (the rows of backends without their own ``live()``)."""
+        self.live_dir = Path(live_dir) if live_dir is not None else getattr(store, "run_dir", None)
+        """Where live.json goes: the run directory (none for a store without one)."""
+        self.live_interval = min(live.WRITE_INTERVAL, progress_interval or live.WRITE_INTERVAL)
+        self.display = ProgressDisplay(out, tty=tty)
+        """Progress on ``out``: redrawn in place when it is a terminal (or ``tty=True``), else plain lines."""
+        self.started_at = time.time()
+        self.state = live.RUNNING
+
+    async def live_state(self) -> dict[str, Any]:
+        """What live.json holds: progress, outcome counts, failures by type, and the in-flight rollouts (from the
+        backend's ``live()`` when it has one, e.g. Ray workers; else from the rollouts' events)."""
+        rows = None
+        backend_live = getattr(self.backend, "live", None)
+        if self.state == live.RUNNING and callable(backend_live):
+            try:
+                rows = backend_live()
+                if inspect.isawaitable(rows):
+                    rows = await asyncio.wait_for(rows, BACKEND_LIVE_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - a view of the run must never stop it
+                log.warning("the backend's live rows are unavailable: %s: %s", type(exc).__name__, exc)
+                rows = None
+        if rows is None:
+            rows = self.tracker.rows() if self.state == live.RUNNING else []
+        return live.live_document(self.run_id, self.progress.snapshot(), list(rows), in_flight=self.in_flight,
+                                  state=self.state, started_at=self.started_at, interval=self.live_interval)
+
+    def status_line(self) -> str:
+        """The progress line; in a log it names the run, on a terminal the width goes to the numbers."""
+        line = self.progress.status(self.in_flight)
+        return line if self.display.tty else f"[{self.run_id}] {line}"
 
     async def run(self) -> list[RolloutResult]:
         """Run every planned rollout; return the final result of each (after retries)."""
         queue: asyncio.Queue = asyncio.Queue()
         for item in self.plan.todo:
             queue.put_nowait(item)
+        self._queue = queue
         workers = [asyncio.create_task(self._worker(queue)) for _ in range(min(self.concurrency, len(self.plan.todo)))]
-        ticker = asyncio.create_task(self._tick()) if self.progress_interval else None
+        self.started_at, self.state = time.time(), live.RUNNING
+        ticker = asyncio.create_task(self._tick()) if self.progress_interval or self.live_dir is not None else None
         try:
+            if self.live_dir is not None:
+                self._write_live(await self.live_state())
             await asyncio.gather(*workers)
+            self.state = live.FINISHED
+        except BaseException as exc:
+            stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+            self.state = live.INTERRUPTED if stopped else live.FAILED
+            raise
         finally:
             for w in workers:
                 w.cancel()
@@ -86,6 +140,12 @@ class Driver:
             await asyncio.gather(*workers, *([ticker] if ticker else []), return_exceptions=True)
             while not queue.empty():
                 self.not_started.append(queue.get_nowait())
+            if self.display.tty and self.progress_interval:
+                self.display.show(self.status_line())
+            self.display.end()
+            self._write_live(live.live_document(
+                self.run_id, self.progress.snapshot(), [], in_flight=0, state=self.state,
+                started_at=self.started_at, interval=self.live_interval))
         return self.finished
 
     async def _worker(self, queue: asyncio.Queue) -> None:
@@ -110,11 +170,13 @@ class Driver:
         while True:
             meta = rollout_meta(self.run_id, task, sample, attempt, self.base_seed)
             self.in_flight += 1
+            key = self.tracker.start(meta)
             t0 = time.perf_counter()
             try:
-                result = await self.backend.execute(task, meta, self._observers(meta))
+                result = await self.backend.execute(task, meta, [*self._observers(meta), self.tracker.observer(key)])
             finally:
                 self.in_flight -= 1
+                self.tracker.finish(key)
             result.timings.setdefault("wall", time.perf_counter() - t0)
             history.append(attempt_record(result))
             result.attempts = list(history)
@@ -139,7 +201,31 @@ class Driver:
         return [write_partial]
 
     async def _tick(self) -> None:
+        """Every ``live_interval``: rewrite live.json and redraw a terminal's status line; plain status lines
+        (job logs) only every ``progress_interval``."""
+        last_line = time.monotonic()
         while True:
-            await asyncio.sleep(self.progress_interval)
-            print(f"[{self.run_id}] {self.progress.line()}  in_flight={self.in_flight}", file=self.out, flush=True)
+            await asyncio.sleep(self.live_interval)
+            note_queue = getattr(self.backend, "note_queue", None)
+            if note_queue is not None:  # the farm's queue-depth metric: not yet started + waiting for a slot
+                note_queue(self._queue.qsize())
+            if self.live_dir is not None:
+                try:
+                    self._write_live(await self.live_state())
+                except Exception:  # noqa: BLE001 - a broken view must not stop the progress lines
+                    log.exception("cannot update the live view")
+            if not self.progress_interval:
+                continue
+            now = time.monotonic()
+            if self.display.tty or now - last_line >= self.progress_interval - 1e-3:
+                last_line = now
+                self.display.show(self.status_line())
+
+    def _write_live(self, doc: dict[str, Any]) -> None:
+        if self.live_dir is None:
+            return
+        try:
+            live.write_live(self.live_dir, doc)
+        except OSError as exc:  # a full or vanished disk shows up in the results; the view is best effort
+            log.warning("cannot write %s: %s", live.live_path(self.live_dir), exc)
 

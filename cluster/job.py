@@ -147,6 +147,7 @@ async def execute(job: Job) -> dict[str, Any]:
                 await close_backend()
         else:
             say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
+            mark_live_finished(job.run_dir)
     finally:
         from envs.warm_pool import close_all
 
@@ -168,6 +169,19 @@ async def execute(job: Job) -> dict[str, Any]:
     print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
     say(f"run directory: {job.run_dir}")
     return summary
+
+
+def mark_live_finished(run_dir: Path) -> None:
+    """A live.json left by a killed earlier session says the run is over once nothing is left to do."""
+    from cluster import live
+
+    try:
+        doc = live.read_live(run_dir)
+    except (FileNotFoundError, ValueError):
+        return
+    if doc.get("state") != live.FINISHED:
+        doc.update(state=live.FINISHED, in_flight=[], updated_at=time.time())
+        live.write_live(run_dir, doc)
 
 
 async def open_backend(job: Job, base_url: str | None) -> tuple[Any, Callable[[], Awaitable[None]]]:

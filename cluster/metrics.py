@@ -10,7 +10,7 @@ exports them on each node's metrics port in Prometheus format with a ``ray_`` pr
 | ray_rollout_farm_rollouts_started_total             | counter   | run                      | attempts that started on a worker      |
 | ray_rollout_farm_rollouts_finished_total            | counter   | run, status, exit_reason | attempts that finished                 |
 | ray_rollout_farm_rollouts_in_flight                 | gauge     | run                      | attempts running (scheduler's count)   |
-| ray_rollout_farm_queue_depth                        | gauge     | run                      | rollouts waiting for a node slot       |
+| ray_rollout_farm_queue_depth                        | gauge     | run                      | rollouts not started yet (queued)      |
 | ray_rollout_farm_attempts_total                     | counter   | run, status, exit_reason | attempts as the scheduler saw them end |
 | ray_rollout_farm_workers_lost_total                 | counter   | run                      | worker actors that died                |
 | ray_rollout_farm_step_seconds                       | histogram | run                      | one turn: model call + actions         |
@@ -41,7 +41,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "rollouts_finished": ("counter", "Rollout attempts that finished, by status and exit reason",
                           ("run", "status", "exit_reason")),
     "rollouts_in_flight": ("gauge", "Rollout attempts running now (scheduler's count)", ("run",)),
-    "queue_depth": ("gauge", "Rollouts admitted by the driver's window, waiting for a node slot", ("run",)),
+    "queue_depth": ("gauge", "Rollouts not started yet: not admitted by the driver's window, or waiting for a slot",
+                    ("run",)),
     "attempts": ("counter", "Attempts as the scheduler saw them end, by status and exit reason",
                  ("run", "status", "exit_reason")),
     "workers_lost": ("counter", "Worker actors that died (their rollouts ran again)", ("run",)),

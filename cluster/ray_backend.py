@@ -102,7 +102,9 @@ class RayBackend:
         self.workers_lost = 0
         self.deadlines_hit = 0
         self.waiting = 0
-        """Rollouts the driver admitted that wait for a node slot (the queue depth)."""
+        """Rollouts admitted by the driver's window that wait for a node slot."""
+        self.not_started = 0
+        self._reap_pending = False
         from cluster.metrics import FarmMetrics
 
         self.metrics = FarmMetrics(run_id)
@@ -213,9 +215,14 @@ class RayBackend:
             self._gauges()
             self._changed.notify_all()
 
+    def note_queue(self, not_started: int) -> None:
+        """The driver's count of rollouts not yet admitted to its window (part of the queue depth)."""
+        self.not_started = not_started
+        self._gauges()
+
     def _gauges(self) -> None:
         self.metrics.set("rollouts_in_flight", sum(n.used for n in self.nodes.values()))
-        self.metrics.set("queue_depth", self.waiting)
+        self.metrics.set("queue_depth", self.waiting + self.not_started)
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -227,6 +234,9 @@ class RayBackend:
         while True:
             await asyncio.sleep(NODE_REFRESH_INTERVAL)
             try:
+                if self._reap_pending:  # a dead worker's process may have lingered (a zombie) at the first look
+                    self._reap_pending = False
+                    await asyncio.to_thread(self._reap_dead_owners)
                 await self._refresh_nodes()
             except Exception as exc:  # noqa: BLE001 - a GCS hiccup must not end the run
                 print(f"[farm] node refresh failed: {exc}", file=self.out, flush=True)
@@ -265,11 +275,13 @@ class RayBackend:
                 info = await asyncio.wait_for(_as_future(actor.info.remote()), WORKER_START_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
                 ray.kill(actor, no_restart=True)
-                print(f"[farm] worker on node {node.node_id[:8]} did not start: {type(exc).__name__}: "
-                      f"{_first_line(exc)}", file=self.out, flush=True)
+                print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
+                      f"{type(exc).__name__}: {_first_line(exc)}", file=self.out, flush=True)
             else:
                 if node.generation == generation:
                     node.actor, node.worker = actor, info["worker"]
+                    if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
+                        actor.reap_dead_owners.remote(self.run_id, self.engines)
             finally:
                 node.starting = None
                 await self._notify()
@@ -283,10 +295,14 @@ class RayBackend:
         self.metrics.inc("workers_lost")
         node.lost_workers.append(node.worker or "?")
         print(f"[farm] worker {node.worker} on node {node.node_id[:8]} died ({type(exc).__name__}); "
-              "its rollouts run again, a replacement starts", file=self.out, flush=True)
+              "its rollouts run again, a replacement starts if the node is still there", file=self.out, flush=True)
+        # Unreachable may not mean dead: make sure it runs nothing more the driver has sent elsewhere.
+        ray.kill(node.actor, no_restart=True)
         node.actor, node.worker = None, None
+        self._reap_pending = True
         asyncio.get_running_loop().run_in_executor(None, self._reap_dead_owners)
-        asyncio.create_task(self._refresh_nodes())  # restarts the worker if the node is still alive
+        # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that
+        # died with its worker is reported dead by Ray within its health-check period, and gets none).
 
     # ---- containers ----------------------------------------------------------------------------
 

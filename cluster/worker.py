@@ -14,7 +14,7 @@ import asyncio
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -106,20 +106,6 @@ class GatedModel:
             await close()
 
 
-@dataclass
-class LiveRollout:
-    """What one in-flight rollout is doing (read by ``RolloutWorker.live``)."""
-
-    rollout_id: str
-    task_id: str
-    sample_index: int
-    attempt: int
-    started: float = field(default_factory=time.time)
-    step: int = 0
-    last_command: str | None = None
-    last_progress: float = field(default_factory=time.time)
-
-
 class RolloutWorker:
     """Runs rollouts for a driver. ``node_id`` labels the containers it creates (``rollout-farm.node``)."""
 
@@ -135,7 +121,9 @@ class RolloutWorker:
         self.ident = f"{socket.gethostname()}:{os.getpid()}"
         self.run_dir = run_dir
         self.policy_version: str | None = None
-        self.live_rollouts: dict[tuple[str, int], LiveRollout] = {}
+        from cluster.live import LiveTracker
+
+        self.tracker = LiveTracker(node_id, self.ident)
         self.finished = 0
         self._model: GatedModel | None = None
         self._gate: asyncio.Event | None = None
@@ -154,7 +142,7 @@ class RolloutWorker:
 
     def info(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "worker": self.ident, "pid": os.getpid(), "finished": self.finished,
-                "in_flight": len(self.live_rollouts), "policy_version": self.policy_version,
+                "in_flight": len(self.tracker), "policy_version": self.policy_version,
                 "paused": self._gate is not None and not self._gate.is_set()}
 
     async def execute(self, task: Task, meta: RequestMeta) -> RolloutResult:
@@ -165,45 +153,39 @@ class RolloutWorker:
         except Exception as exc:  # noqa: BLE001 - one rollout's broken parts never stop the others
             result = failure_result(task, meta, exc)
         else:
-            key = (meta.rollout_id, meta.attempt)
-            self.live_rollouts[key] = LiveRollout(meta.rollout_id, meta.task_id, meta.sample_index, meta.attempt)
+            key = self.tracker.start(meta)
             try:
                 result = await run_rollout(task, parts.agent, self._model, parts.env, verifier=parts.verifier,
                                            meta=meta, limits=parts.limits, observers=self._observers(meta, key))
             finally:
-                self.live_rollouts.pop(key, None)
+                self.tracker.finish(key)
         self.finished += 1
         result.node_id, result.worker = self.node_id or None, self.ident
         return result
 
     def _observers(self, meta: RequestMeta, key: tuple[str, int]) -> list[events.Observer]:
-        store = None
+        observers = [self.tracker.observer(key)]
         if self.run_dir is not None and Path(self.run_dir).is_dir():  # a file system shared with the driver
             from rollout.run_store import RunStore
 
             store = RunStore(self.run_dir)
-        last = [0.0]
+            last = [0.0]
 
-        def observe(event: events.Event) -> None:
-            live = self.live_rollouts.get(key)
-            if live is None:
-                return
-            live.last_progress = time.time()
-            if event.kind == events.ACTION_EXECUTED and event.data.get("command"):
-                live.last_command = str(event.data["command"])[:200]
-            if event.kind == events.STEP_DONE:
-                live.step = int(event.data.get("step", live.step))
+            def write_partial(event: events.Event) -> None:
                 trajectory = event.data.get("trajectory")
                 now = time.monotonic()
-                if store is not None and trajectory is not None and now - last[0] >= PARTIAL_WRITE_INTERVAL:
+                if event.kind == events.STEP_DONE and trajectory is not None and now - last[0] >= PARTIAL_WRITE_INTERVAL:
                     last[0] = now
                     store.write_trajectory(meta, trajectory)
 
-        return [observe] if self.metrics is None else [observe, self.metrics.observer]
+            observers.append(write_partial)
+        if self.metrics is not None:
+            observers.append(self.metrics.observer)
+        return observers
 
     def live(self) -> list[dict[str, Any]]:
         """The in-flight rollouts of this worker: task, sample, attempt, step, last command, times, node."""
-        return [{**vars(r), "node_id": self.node_id, "worker": self.ident} for r in self.live_rollouts.values()]
+        return self.tracker.rows()
 
     def set_policy_version(self, version: str | int | None) -> None:
         self.policy_version = None if version is None else str(version)
@@ -213,6 +195,18 @@ class RolloutWorker:
 
     def resume(self) -> None:
         self.gate.set()
+
+    def reap_dead_owners(self, run_id: str, engines: tuple[str, ...]) -> int:
+        """Remove containers of ``run_id`` on this host whose creating process is gone (a dead worker's)."""
+        from envs.containers import remove_labelled
+
+        removed = 0
+        for engine in engines:
+            try:
+                removed += len(remove_labelled(run_id, engine=engine))
+            except Exception:  # noqa: BLE001 - the containers' TTL is the last line of defence
+                pass
+        return removed
 
     async def shutdown(self) -> None:
         """Close the model's connections, the warm pools, and every container this process still tracks."""

@@ -139,6 +139,16 @@ def _start_ticks(pid: int) -> int:
     return int(stat[stat.rindex(b")") + 2:].split()[19])
 
 
+def _is_zombie(pid: int) -> bool:
+    """A process that has exited but not yet been reaped (state Z): dead for our purposes."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
+
+
 def owner_alive(labels: dict[str, str]) -> bool:
     """Whether the process that created a container may still be running. Unknown hosts count as alive:
     their containers die by their TTL or by an explicit ``rollout gc --force``."""
@@ -154,6 +164,8 @@ def owner_alive(labels: dict[str, str]) -> bool:
         return False
     except PermissionError:
         pass
+    if _is_zombie(pid):
+        return False
     recorded = labels.get(OWNER_START_LABEL, "")
     return not (recorded.isdigit() and int(recorded) and _start_ticks(pid) not in (0, int(recorded)))
 

@@ -85,6 +85,18 @@ class RolloutContext:
         self.termination.after_model_call(response)
         return step
 
+    async def execute(self, env: Any, step: Step, actions: list[Any]) -> list[Observation]:
+        """``env.step(actions)``, announced (``action_started``: a live view shows a command that hangs) and
+        recorded on ``step`` with its time."""
+        if actions:
+            first = actions[0]
+            self.emitter.emit(events.ACTION_STARTED, step=step.index,
+                              command=first.arguments.get("command") or first.raw or first.name)
+        t0 = time.perf_counter()
+        observations = await env.step(actions)
+        self.record_observations(step, observations, time.perf_counter() - t0)
+        return observations
+
     def record_observations(self, step: Step, observations: list[Observation], seconds: float) -> None:
         step.observations.extend(observations)
         step.env_seconds += seconds

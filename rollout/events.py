@@ -17,12 +17,15 @@ ROLLOUT_STARTED = "rollout_started"
 ENV_READY = "env_ready"
 """The environment's reset finished (a container started, a repo checked out): ``seconds``."""
 MODEL_CALL_DONE = "model_call_done"
+ACTION_STARTED = "action_started"
+"""The environment is about to run a step's actions: ``step``, ``command`` (the first action's command or name)."""
 ACTION_EXECUTED = "action_executed"
 STEP_DONE = "step_done"
 VERIFY_DONE = "verify_done"
 """The verifier (SWE grading in a fresh container) finished: ``seconds``, ``reward``."""
 ROLLOUT_FINISHED = "rollout_finished"
-EVENT_KINDS = (ROLLOUT_STARTED, ENV_READY, MODEL_CALL_DONE, ACTION_EXECUTED, STEP_DONE, VERIFY_DONE, ROLLOUT_FINISHED)
+EVENT_KINDS = (ROLLOUT_STARTED, ENV_READY, MODEL_CALL_DONE, ACTION_STARTED, ACTION_EXECUTED, STEP_DONE, VERIFY_DONE,
+               ROLLOUT_FINISHED)
 
 
 @dataclass

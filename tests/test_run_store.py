@@ -286,7 +286,7 @@ def test_manifest_records_versions_hashes_and_resume_history(tmp_path):
     dataset.write_text('{"task_id": "a"}\n')
     manifest = build_manifest(CONFIG, dataset, {"run": 7})
     assert manifest["version"] != "unknown" and manifest["python"].count(".") == 2
-    assert "pydantic" in manifest["packages"] and "ray" not in sys.modules
+    assert "pydantic" in manifest["packages"]
     assert manifest["config_hash"] == config_hash(CONFIG) and len(manifest["dataset"]["hash"]) == 16
     assert manifest["seeds"] == {"run": 7}
     assert manifest["git_sha"] is None or len(manifest["git_sha"]) == 40

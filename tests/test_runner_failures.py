@@ -129,7 +129,7 @@ def test_observer_sees_the_lifecycle_and_a_failing_observer_changes_nothing():
     result = asyncio.run(run_rollout(TASK, ToolCallingAgent(), model, ToolEnvironment(demo_tools()),
                                      observers=[broken, seen.append]))
     kinds = [e.kind for e in seen]
-    assert kinds == ["rollout_started", "model_call_done", "action_executed", "step_done",
+    assert kinds == ["rollout_started", "env_ready", "model_call_done", "action_started", "action_executed", "step_done",
                      "model_call_done", "step_done", "rollout_finished"]
     assert seen[-1].data["exit_reason"] == "natural_completion"
     assert result.exit_reason == ExitReason.NATURAL_COMPLETION

@@ -1,5 +1,7 @@
-"""Summary numbers on a hand-made set of results, pass@k worked out by hand, and the progress line."""
+"""Summary numbers on a hand-made set of results, pass@k worked out by hand, the progress line, and how it is
+shown on a terminal (redrawn in place) and in a log (plain lines)."""
 
+import io
 import json
 from math import isclose
 
@@ -8,7 +10,7 @@ import pytest
 from rollout.errors import ExitReason
 from rollout.records import ErrorInfo, RolloutResult, Step, Trajectory, Usage
 from rollout.run_store import RunStore
-from rollout.summary import Progress, format_table, pass_at_k, summarize
+from rollout.summary import Progress, ProgressDisplay, format_progress, format_table, pass_at_k, summarize
 
 
 def done(task, sample, reward, reason=ExitReason.SUBMITTED, steps=2, attempt=1):
@@ -126,3 +128,52 @@ def test_progress_line_counts_rate_and_eta():
     now[0] += 600
     # 11 in 605 s is slow: shown per minute; 27 left → ETA 1485 s.
     assert progress.line().startswith("13/40 done  1.1/min  ETA 24m45s")
+
+
+def test_status_adds_in_flight_and_failures_by_type_and_line_stays_as_it_was():
+    now = [0.0]
+    progress = Progress(total=10, clock=lambda: now[0])
+    now[0] += 2.0
+    progress.update(done("A", 0, 1.0))
+    progress.update(infra("B", 0, error="ModelError"))
+    progress.update(infra("B", 1, ExitReason.CONTAINER_START_FAILED, "ContainerStartError"))
+    progress.update(infra("C", 0, error="ModelError"))
+    assert progress.line() == "4/10 done  2.0/s  ETA 3s  submitted=1  infra=3"
+    assert progress.status(in_flight=5) == (
+        "4/10 done  2.0/s  ETA 3s  in_flight=5  submitted=1  infra=3 (ModelError=2, ContainerStartError=1)")
+    snap = progress.snapshot()
+    assert (snap["done"], snap["total"], snap["ran"], snap["rate"], snap["eta_seconds"]) == (4, 10, 4, 2.0, 3.0)
+    assert snap["outcomes"] == {"submitted": 1} and snap["infra_failed"] == 3
+    assert snap["failures_by_type"] == {"ModelError": 2, "ContainerStartError": 1}
+    # a snapshot read back from JSON (the live view) renders the same
+    assert format_progress(json.loads(json.dumps(snap)), 5) == progress.status(in_flight=5)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_display_redraws_one_line_on_a_terminal():
+    out = Terminal()
+    display = ProgressDisplay(out, width=30)
+    assert display.tty
+    display.show("1/4 done  0.5/s  ETA 6s  in_flight=3  submitted=1  infra=0")
+    display.show("2/4 done")
+    display.end()
+    display.end()  # twice is harmless
+    # each redraw returns to the line start, is clipped to the width, and clears what a longer one left
+    assert out.getvalue() == "\r1/4 done  0.5/s  ETA 6s  in_f\x1b[K\r2/4 done\x1b[K\n"
+
+
+def test_display_writes_plain_lines_elsewhere():
+    out = io.StringIO()
+    display = ProgressDisplay(out)
+    assert not display.tty
+    display.show("1/4 done")
+    display.show("2/4 done")
+    display.end()
+    assert out.getvalue() == "1/4 done\n2/4 done\n"
+    forced = io.StringIO()
+    ProgressDisplay(forced, tty=True, width=80).show("x")  # the caller may decide
+    assert forced.getvalue() == "\rx\x1b[K"

@@ -1,0 +1,291 @@
+"""The live view of a running job: ``<run_dir>/live.json``, rewritten by the driver about once a second, says
+how far the run is and what every in-flight rollout is doing (step, last command, when it last made
+progress, where it runs). ``rollout status`` reads it; so can anything else (``read_live``).
+
+The rows of in-flight rollouts have one shape wherever the rollout runs: ``LiveTracker`` keeps them from a
+rollout's events (the driver uses one for in-process backends), ``RolloutWorker.live`` returns the same
+rows for a Ray worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout import events
+from rollout.records import RequestMeta
+
+LIVE_FILE = "live.json"
+WRITE_INTERVAL = 1.0
+"""Seconds between rewrites of live.json (less when the progress interval is shorter)."""
+STALE_AFTER = 15.0
+"""A running run's live.json older than this (or five write intervals, if longer) means its driver is gone."""
+COMMAND_LIMIT = 200
+"""Characters of the last command kept per row."""
+
+RUNNING, FINISHED, INTERRUPTED, FAILED, STALE = "running", "finished", "interrupted", "failed", "stale"
+
+
+@dataclass
+class LiveRollout:
+    """What one in-flight rollout is doing."""
+
+    rollout_id: str
+    task_id: str
+    sample_index: int
+    attempt: int
+    started: float = field(default_factory=time.time)
+    step: int = 0
+    """Steps finished so far."""
+    last_command: str | None = None
+    last_progress: float = field(default_factory=time.time)
+    """When the rollout last emitted an event (a model call, a command, a step): epoch seconds."""
+
+
+class LiveTracker:
+    """The in-flight rollouts of one process, kept up to date by an observer per rollout."""
+
+    def __init__(self, node_id: str = "", worker: str | None = None):
+        self.node_id = node_id
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+        self.rollouts: dict[tuple[str, int], LiveRollout] = {}
+
+    def start(self, meta: RequestMeta) -> tuple[str, int]:
+        """Track one attempt from now on; returns its key for ``observer`` and ``finish``."""
+        key = (meta.rollout_id, meta.attempt)
+        self.rollouts[key] = LiveRollout(meta.rollout_id, meta.task_id, meta.sample_index, meta.attempt)
+        return key
+
+    def finish(self, key: tuple[str, int]) -> None:
+        self.rollouts.pop(key, None)
+
+    def observer(self, key: tuple[str, int]) -> events.Observer:
+        """Updates the attempt's row from its events: any event is progress; commands and steps are noted."""
+
+        def observe(event: events.Event) -> None:
+            live = self.rollouts.get(key)
+            if live is None:
+                return
+            live.last_progress = time.time()
+            if event.kind in (events.ACTION_STARTED, events.ACTION_EXECUTED) and event.data.get("command"):
+                live.last_command = str(event.data["command"])[:COMMAND_LIMIT]
+            elif event.kind == events.STEP_DONE:
+                live.step = int(event.data.get("step", live.step))
+
+        return observe
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows ``RolloutWorker.live`` returns: the fields of ``LiveRollout`` plus node_id and worker."""
+        return [{**vars(r), "node_id": self.node_id, "worker": self.worker} for r in self.rollouts.values()]
+
+    def __len__(self) -> int:
+        return len(self.rollouts)
+
+
+def live_document(
+    run_id: str,
+    progress: dict[str, Any],
+    rows: list[dict[str, Any]],
+    *,
+    in_flight: int,
+    state: str = RUNNING,
+    started_at: float,
+    interval: float = WRITE_INTERVAL,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """live.json's content. ``progress`` is ``Progress.snapshot()``; ``in_flight`` counts the attempts the
+    driver has handed to the backend, so ``queued`` is those not yet running on a worker (waiting for a slot)."""
+    now = time.time() if now is None else now
+    rollouts = sorted((dict(r) for r in rows), key=lambda r: (r.get("started") or 0.0, r.get("rollout_id", "")))
+    for r in rollouts:
+        r["elapsed"] = round(now - r["started"], 3) if r.get("started") else None
+        r["idle"] = round(now - r["last_progress"], 3) if r.get("last_progress") else None
+    return {
+        "run_id": run_id,
+        "state": state,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": started_at,
+        "updated_at": now,
+        "write_interval": interval,
+        **progress,
+        "queued": max(in_flight - len(rollouts), 0),
+        "in_flight": rollouts,
+    }
+
+
+def live_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / LIVE_FILE
+
+
+def write_live(run_dir: str | Path, doc: dict[str, Any]) -> Path:
+    """Atomically (tmp + rename): a reader never sees half a file."""
+    path = live_path(run_dir)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=1, default=str)
+    os.replace(tmp, path)
+    return path
+
+
+def read_live(run_dir: str | Path) -> dict[str, Any]:
+    """The run's live.json (raises FileNotFoundError when the run never wrote one)."""
+    return json.loads(live_path(run_dir).read_text(encoding="utf-8"))
+
+
+def live_condition(doc: dict[str, Any], now: float | None = None) -> tuple[str, str]:
+    """The run's state as a reader sees it, and why: a ``running`` file whose writer has stopped updating
+    it (or whose process is gone, when on this host) is ``stale``."""
+    now = time.time() if now is None else now
+    state = doc.get("state", RUNNING)
+    age = now - float(doc.get("updated_at") or 0.0)
+    if state != RUNNING:
+        return state, f"{format_age(age)} ago"
+    pid, host = doc.get("pid"), doc.get("host")
+    if host == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid):
+        return STALE, f"its driver (pid {pid} on {host}) is gone; last update {format_age(age)} ago"
+    limit = max(STALE_AFTER, 5 * float(doc.get("write_interval") or WRITE_INTERVAL))
+    if age > limit:
+        return STALE, f"no update for {format_age(age)} (driver pid {pid} on {host}): the driver is gone or stuck"
+    return RUNNING, f"driver pid {pid} on {host}, updated {format_age(age)} ago"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def format_age(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
+
+
+# ---- rollout status ----------------------------------------------------------------------------------
+
+STALL_SECONDS = 60.0
+"""``rollout status`` flags an in-flight rollout as stalled after this long without progress."""
+
+
+def find_run_dir(run: str | Path) -> Path:
+    """A run directory, given as a path, or as a run id / output dir under ``$ROLLOUT_HOME``."""
+    path = Path(run).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    from cluster.job import rollout_home
+
+    home = rollout_home()
+    if (home / str(run)).is_dir():
+        return home / str(run)
+    if home.is_dir():  # output.dir may differ from the run id: the live view names its run
+        for candidate in sorted(home.iterdir()):
+            try:
+                if candidate.is_dir() and read_live(candidate).get("run_id") == str(run):
+                    return candidate
+            except (OSError, ValueError):
+                continue
+    raise FileNotFoundError(f"no run directory {str(run)!r}, nor a run with that id under {home}")
+
+
+def status_report(run_dir: str | Path, stall: float = STALL_SECONDS, now: float | None = None) -> tuple[str, str]:
+    """The run's state (``live_condition``; ``unknown`` without a live view) and what ``rollout status`` prints:
+    its progress, and either its in-flight rollouts (those without progress for ``stall`` seconds flagged
+    STALLED) or, once it is over, the counts in results.jsonl."""
+    from rollout.summary import format_progress
+
+    run_dir = Path(run_dir)
+    now = time.time() if now is None else now
+    try:
+        doc = read_live(run_dir)
+    except FileNotFoundError:
+        return "unknown", "\n".join([
+            f"run {run_dir.name}: no live view (not started yet, or run by an older version)",
+            f"run directory: {run_dir}", results_report(run_dir)])
+    state, why = live_condition(doc, now)
+    lines = [f"run {doc.get('run_id', run_dir.name)}: {state.upper()} ({why})", f"run directory: {run_dir}"]
+    if state == STALE:
+        lines.append("it is not running any more: re-run the same command to resume it")
+    rows = doc.get("in_flight") or []
+    in_flight = len(rows) + int(doc.get("queued") or 0) if state == RUNNING else None
+    lines.append("progress: " + format_progress(doc, in_flight))
+    if state != RUNNING:
+        if state == STALE and rows:
+            lines.append(f"{len(rows)} rollout(s) were in flight at the last update")
+        lines.append(results_report(run_dir))
+        return state, "\n".join(lines)
+    stalled = [r for r in rows if r.get("last_progress") and now - r["last_progress"] >= stall]
+    head = f"in flight: {len(rows)}"
+    if doc.get("queued"):
+        head += f" (+{doc['queued']} waiting for a worker slot)"
+    if stalled:
+        head += f"; {len(stalled)} STALLED (no progress for {stall:g}s or more)"
+    lines.append(head)
+    if rows:
+        lines.append(in_flight_table(rows, stall, now))
+    return state, "\n".join(lines)
+
+
+def in_flight_table(rows: list[dict[str, Any]], stall: float, now: float) -> str:
+    header = ("TASK", "SAMPLE", "TRY", "STEP", "ELAPSED", "IDLE", "NODE", "LAST COMMAND", "")
+    table = [header]
+    for r in rows:
+        idle = now - r["last_progress"] if r.get("last_progress") else None
+        table.append((
+            str(r.get("task_id", ""))[:40], str(r.get("sample_index", "")), str(r.get("attempt", "")),
+            str(r.get("step", "")),
+            format_age(now - r["started"]) if r.get("started") else "-",
+            format_age(idle) if idle is not None else "-",
+            (r.get("node_id") or "")[:8] or "local",
+            shorten(r.get("last_command")),
+            "STALLED" if idle is not None and idle >= stall else "",
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return "\n".join("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
+
+
+def shorten(command: str | None, limit: int = 48) -> str:
+    if not command:
+        return "-"
+    flat = " ".join(str(command).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def results_report(run_dir: str | Path) -> str:
+    """The summary counts of the run's results.jsonl so far (a torn last line, mid-append, is skipped)."""
+    from rollout.run_store import StoredResult
+    from rollout.summary import format_table, summarize
+
+    path = Path(run_dir) / "results.jsonl"
+    results = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return "results: none yet"
+    for line in text.splitlines():
+        try:
+            results.append(StoredResult.model_validate_json(line))
+        except ValueError:
+            continue
+    samples = 1
+    try:
+        samples = int(json.loads((Path(run_dir) / "config.json").read_text())["run"]["samples"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    summary = summarize(results, k_values=(1, samples) if samples > 1 else (1,))
+    return "results (results.jsonl):\n" + "\n".join("  " + line for line in format_table(summary).splitlines())
