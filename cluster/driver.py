@@ -23,13 +23,11 @@ from cluster import live
 from rollout import events
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.resume import Plan, attempt_record
-from rollout.run_store import RunStore
+from rollout.run_store import RunStore, partial_trajectory_writer
 from rollout.summary import Progress, ProgressDisplay
 
 log = logging.getLogger(__name__)
 
-TRAJECTORY_WRITE_INTERVAL = 2.0
-"""Seconds between rewrites of a running rollout's trajectory file (plus one at the end)."""
 BACKEND_LIVE_TIMEOUT = 5.0
 """Seconds to wait for a backend's ``live()`` rows before writing the live view from what the driver knows."""
 
@@ -188,17 +186,7 @@ class Driver:
     def _observers(self, meta: RequestMeta) -> list[events.Observer]:
         if not self.write_trajectories:
             return []
-        last = [0.0]
-
-        def write_partial(event: events.Event) -> None:
-            # Throttled: a killed run still shows how far each rollout got, without a write per step.
-            trajectory = event.data.get("trajectory")
-            now = time.monotonic()
-            if event.kind == events.STEP_DONE and trajectory is not None and now - last[0] >= TRAJECTORY_WRITE_INTERVAL:
-                last[0] = now
-                self.store.write_trajectory(meta, trajectory)
-
-        return [write_partial]
+        return [partial_trajectory_writer(self.store, meta)]
 
     async def _tick(self) -> None:
         """Every ``live_interval``: rewrite live.json and redraw a terminal's status line; plain status lines

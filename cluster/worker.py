@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -23,9 +22,6 @@ from rollout.protocols import Environment, Model, ModelResponse, Verifier
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.runner import failure_result, run_rollout
 from rollout.termination import Limits
-
-PARTIAL_WRITE_INTERVAL = 2.0
-"""Seconds between rewrites of a running rollout's trajectory file by the worker."""
 
 
 @dataclass
@@ -166,19 +162,9 @@ class RolloutWorker:
     def _observers(self, meta: RequestMeta, key: tuple[str, int]) -> list[events.Observer]:
         observers = [self.tracker.observer(key)]
         if self.run_dir is not None and Path(self.run_dir).is_dir():  # a file system shared with the driver
-            from rollout.run_store import RunStore
+            from rollout.run_store import RunStore, partial_trajectory_writer
 
-            store = RunStore(self.run_dir)
-            last = [0.0]
-
-            def write_partial(event: events.Event) -> None:
-                trajectory = event.data.get("trajectory")
-                now = time.monotonic()
-                if event.kind == events.STEP_DONE and trajectory is not None and now - last[0] >= PARTIAL_WRITE_INTERVAL:
-                    last[0] = now
-                    store.write_trajectory(meta, trajectory)
-
-            observers.append(write_partial)
+            observers.append(partial_trajectory_writer(RunStore(self.run_dir), meta))
         if self.metrics is not None:
             observers.append(self.metrics.observer)
         return observers

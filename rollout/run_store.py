@@ -256,6 +256,25 @@ class RunStore:
         )
 
 
+PARTIAL_WRITE_INTERVAL = 2.0
+"""Seconds between rewrites of a running rollout's trajectory file (plus one at the end)."""
+
+
+def partial_trajectory_writer(store: RunStore, meta: RequestMeta, interval: float = PARTIAL_WRITE_INTERVAL):
+    """An observer that rewrites the rollout's trajectory file as steps finish, at most every ``interval``
+    seconds: a killed run still shows how far each rollout got, without a write per step."""
+    last = [0.0]
+
+    def write_partial(event: Any) -> None:
+        trajectory = event.data.get("trajectory")
+        now = time.monotonic()
+        if event.kind == "step_done" and trajectory is not None and now - last[0] >= interval:
+            last[0] = now
+            store.write_trajectory(meta, trajectory)
+
+    return write_partial
+
+
 def safe_name(text: str, limit: int = 120) -> str:
     """A file name for an id: unsafe characters become '_', plus a short hash whenever the id was altered."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:limit]

@@ -108,6 +108,23 @@ def failures(results: list[Any]) -> list[str]:
     return bad
 
 
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def timing_notes(results: list[Any], latency: float) -> list[str]:
+    """Where a rollout's time went beyond its S model latencies: inside ``run_rollout`` (agent, client, runtime)
+    and, for the farm, the hop from the driver to the worker and back (``wall`` - ``total``: Ray's dispatch,
+    argument and result serialisation, the wait for the worker's event loop)."""
+    inside = [1000 * (r.timings.get("total", 0.0) - STEPS * latency) for r in results]
+    notes = [f"run_rollout beyond S*L p50/p95 {pct(inside, 0.5):.0f}/{pct(inside, 0.95):.0f} ms"]
+    hops = [1000 * (r.timings["wall"] - r.timings["total"]) for r in results if "wall" in r.timings]
+    if hops:
+        notes.append(f"driver-worker hop p50/p95 {pct(hops, 0.5):.0f}/{pct(hops, 0.95):.0f} ms")
+    return notes
+
+
 def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -164,7 +181,7 @@ class Profiler:
         return out
 
 
-def run_farm(url: str, server_pid: int, runtime: dict, run_id: str, rollouts: int, concurrency: int,
+def run_farm(url: str, server_pid: int, runtime: dict, run_id: str, rollouts: int, concurrency: int, latency: float,
              profile: Profiler | None = None) -> tuple[Usage, list[str], dict]:
     """One measured ``farm.generate`` of ``rollouts`` fresh tasks after a warm-up call on the same farm."""
     from cluster import RolloutFarm
@@ -181,6 +198,7 @@ def run_farm(url: str, server_pid: int, runtime: dict, run_id: str, rollouts: in
                 profile(info["workers"], probe)
             batch = farm.generate(tasks(rollouts))
         info["profile"] = profile.lines() if profile is not None else []
+        info["timings"] = timing_notes(batch.results, latency)
         return probe.usage, failures(batch.results), info
     finally:
         farm.close()
@@ -189,7 +207,7 @@ def run_farm(url: str, server_pid: int, runtime: dict, run_id: str, rollouts: in
 # ---- (a) overhead per step --------------------------------------------------------------------------------
 
 
-async def loop_rollouts(url: str, rollouts: int, concurrency: int) -> tuple[Usage, list[str]]:
+async def loop_rollouts(url: str, rollouts: int, concurrency: int, latency: float) -> tuple[Usage, list[str], list[str]]:
     """The plain asyncio loop: the same parts as the farm's worker builds, without the farm."""
     from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
     from envs.null_runtime import NullRuntime, NullRuntimeConfig
@@ -218,7 +236,7 @@ async def loop_rollouts(url: str, rollouts: int, concurrency: int) -> tuple[Usag
             results = await asyncio.gather(*(one(t) for t in tasks(rollouts)))
     finally:
         await model.aclose()
-    return probe.usage, failures(results)
+    return probe.usage, failures(results), timing_notes(results, latency)
 
 
 def part_a(sizes: Sizes, profile: bool) -> list[Row]:
@@ -231,17 +249,17 @@ def part_a(sizes: Sizes, profile: bool) -> list[Row]:
     rows = []
     with server_process(latency) as (url, server_pid):
         before = load()
-        usage, bad = asyncio.run(loop_rollouts(url, r, c))
+        usage, bad, timings = asyncio.run(loop_rollouts(url, r, c, latency))
         loop = Row("a", "asyncio loop (baseline)", setting, usage, f"{1000 * overhead(usage):.2f} ms/step",
-                   "baseline", "", [f"load {before}->{load()}"], value=overhead(usage))
+                   "baseline", "", timings + [f"load {before}->{load()}"], value=overhead(usage))
         loop.notes += failed_note(bad)
         rows.append(loop)
         before = load()
         ideal = -(-r // c) * STEPS * latency
         spy = Profiler(ideal / 4, ideal / 2) if profile else None
-        usage, bad, info = run_farm(url, server_pid, {"type": "null", "echo": True}, "bench-a", r, c, spy)
+        usage, bad, info = run_farm(url, server_pid, {"type": "null", "echo": True}, "bench-a", r, c, latency, spy)
         farm = Row("a", "farm (ray)", setting, usage, f"{1000 * overhead(usage):.2f} ms/step",
-                   "<= 3 ms and <= 1.2x loop", "", [f"load {before}->{load()}"], value=overhead(usage),
+                   "<= 3 ms and <= 1.2x loop", "", info["timings"] + [f"load {before}->{load()}"], value=overhead(usage),
                    rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY), profile=info["profile"])
         farm.notes += failed_note(bad)
         ratio = farm.value / loop.value if loop.value > 0 else float("inf")
@@ -323,10 +341,10 @@ def part_b(sizes: Sizes, all_workers: bool, profile: bool) -> list[Row]:
             before = load()
             ideal = -(-n // window) * STEPS * latency
             spy = Profiler(ideal / 2, 2 * ideal) if profile else None
-            usage, bad, info = run_farm(url, server_pid, runtime, f"bench-b{window}", n, window, spy)
+            usage, bad, info = run_farm(url, server_pid, runtime, f"bench-b{window}", n, window, latency, spy)
             row = Row("b", "farm (ray), local runtime", f"{n} rollouts, window {window}, L={latency:g}s", usage,
-                      f"{n / usage.wall:.1f} rollouts/s", "", "", [f"load {before}->{load()}"], value=n / usage.wall,
-                      rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY), profile=info["profile"])
+                      f"{n / usage.wall:.1f} rollouts/s", "", "", info["timings"] + [f"load {before}->{load()}"],
+                      value=n / usage.wall, rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY), profile=info["profile"])
             row.notes += failed_note(bad)
             farm_rows.append(row)
         missing = mini_swe_agent_missing() if "minisweagent" not in sys.modules else None
@@ -377,10 +395,10 @@ def part_c(sizes: Sizes, profile: bool) -> list[Row]:
     with server_process(latency) as (url, server_pid):
         before = load()
         spy = Profiler(ideal / 3, ideal / 3) if profile else None
-        usage, bad, info = run_farm(url, server_pid, {"type": "null", "echo": True}, "bench-c", r, c, spy)
+        usage, bad, info = run_farm(url, server_pid, {"type": "null", "echo": True}, "bench-c", r, c, latency, spy)
     row = Row("c", "farm (ray), null runtime", f"R={r} C={c} L={latency:g}s S={STEPS}", usage,
               f"{usage.wall:.1f} s (ideal {ideal:g} s, {usage.wall / ideal:.2f}x)", f"<= {sizes.c_target:g} s", "",
-              [f"load {before}->{load()}"], value=usage.wall, rss_groups=(DRIVER, WORKERS),
+              info["timings"] + [f"load {before}->{load()}"], value=usage.wall, rss_groups=(DRIVER, WORKERS),
               cpu_groups=(DRIVER, WORKERS, RAY), profile=info["profile"])
     row.notes += failed_note(bad)
     row.verdict = "pass" if usage.wall <= sizes.c_target and not bad else "MISS"
