@@ -34,7 +34,7 @@ def default_deadline(composer: Composer) -> float | None:
 def rollout_resources(config: RunConfig, composer: Composer) -> Any:
     """What one rollout takes on a node: ``farm.cpus_per_rollout``/``memory_per_rollout``, else the largest
     container runtime's ``cpus``/``memory`` (runtimes without containers take nothing countable)."""
-    from cluster.ray_backend import Resources, parse_memory
+    from cluster.slots import Resources, parse_memory
 
     cpus = config.farm.cpus_per_rollout
     memory = parse_memory(config.farm.memory_per_rollout)
@@ -74,3 +74,36 @@ async def start_ray_backend(source: Any, config: RunConfig, composer: Composer, 
     limit = f"{deadline:g}s" if deadline else "none"
     print(f"farm: {backend.describe()}; deadline per attempt: {limit}", file=out, flush=True)
     return backend
+
+
+def farm_settings(config: RunConfig, composer: Composer) -> dict[str, Any]:
+    """``RolloutFarm`` keyword options from a run config's ``farm`` and ``run`` sections."""
+    return dict(
+        backend=config.farm.backend, address=config.farm.address, num_cpus=config.farm.num_cpus,
+        resources=rollout_resources(config, composer), concurrency=config.run.concurrency,
+        max_attempts=config.run.max_attempts, seed=config.run.seed,
+        deadline_per_attempt=config.farm.deadline or default_deadline(composer),
+        engines=sorted(composer.container_engines()), name=config.run_id or "farm",
+    )
+
+
+class DemoServer:
+    """A config's ``fake_server`` section served for as long as a farm lives (a scripted policy over HTTP, for
+    demos and tests); ``start`` points the source's model at it. Nothing happens without that section."""
+
+    def __init__(self, section: Any, source: Any):
+        self.section, self.source, self.server = section, source, None
+
+    async def start(self) -> None:
+        if self.section is None:
+            return
+        from rollout.models.fake_server import FakeServerConfig, start_fake_server
+
+        fs = self.section
+        self.server = await start_fake_server(FakeServerConfig(policy=fs.policy, latency=fs.latency, faults=fs.faults))
+        self.source.base_url = self.server.url
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None

@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 
 from cluster.driver import Driver
-from cluster.worker import ConfigSource, ObjectSource, RolloutWorker
+from cluster.local_backend import InProcessBackend
+from cluster.loop_thread import LoopThread
+from cluster.worker import ConfigSource, ObjectSource
 from rollout.errors import ConfigError, DeadlineExceeded
 from rollout.groups import Batch, GroupPolicy, apply_policy, group_results
 from rollout.records import RolloutResult, Task
@@ -40,23 +41,6 @@ class _MemoryStore:
 
     def append(self, result: RolloutResult, trajectory: bool = True) -> RolloutResult:
         return result
-
-
-class InProcessBackend:
-    """``farm.backend: local`` for the trainer API: one ``RolloutWorker`` in this process."""
-
-    def __init__(self, source: Any):
-        self.worker = RolloutWorker(source, node_id="")
-
-    async def execute(self, task: Task, meta: Any, observers: list) -> RolloutResult:
-        return await self.worker.execute(task, meta)
-
-    async def broadcast(self, method: str, *args: Any) -> list[Any]:
-        out = getattr(self.worker, method)(*args)
-        return [await out if asyncio.iscoroutine(out) else out]
-
-    async def close(self) -> None:
-        await self.worker.shutdown()
 
 
 class RolloutFarm:
@@ -80,8 +64,7 @@ class RolloutFarm:
         self._on_start, self._on_close = on_start, on_close
         self._calls = itertools.count()
         self._backend: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop_thread = LoopThread(f"rollout-farm-{name}")
         self._closed = False
 
     # ---- construction --------------------------------------------------------------------------
@@ -90,7 +73,7 @@ class RolloutFarm:
     def from_config(cls, config: str | Path | dict | list, overrides: Sequence[str] = (), **options: Any) -> "RolloutFarm":
         """A farm from a run config (files merged in order, or a dict); ``dataset`` is not needed.
         ``farm``, ``run`` and ``fake_server`` sections apply; keyword options override them."""
-        from cluster.backends import default_deadline, rollout_resources
+        from cluster.backends import DemoServer, farm_settings
         from cluster.compose import Composer
         from cluster.job import resolve_auto_runtimes
         from cluster.run_config import RunConfig
@@ -104,32 +87,10 @@ class RolloutFarm:
         raw.setdefault("dataset", {"path": "-"})
         resolve_auto_runtimes(raw)
         run_config = validate(RunConfig, raw)
-        composer = Composer(run_config)
-        server: dict[str, Any] = {}
-
-        async def start_server() -> None:
-            if run_config.fake_server is not None:  # a scripted policy served over HTTP (demos, tests)
-                from rollout.models.fake_server import FakeServerConfig, start_fake_server
-
-                fs = run_config.fake_server
-                server["s"] = await start_fake_server(FakeServerConfig(policy=fs.policy, latency=fs.latency,
-                                                                       faults=fs.faults))
-                farm.source = ConfigSource(raw, server["s"].url)
-
-        async def stop_server() -> None:
-            if "s" in server:
-                await server.pop("s").stop()
-
-        settings = dict(
-            backend=run_config.farm.backend, address=run_config.farm.address, num_cpus=run_config.farm.num_cpus,
-            resources=rollout_resources(run_config, composer), concurrency=run_config.run.concurrency,
-            max_attempts=run_config.run.max_attempts, seed=run_config.run.seed,
-            deadline_per_attempt=run_config.farm.deadline or default_deadline(composer),
-            engines=sorted(composer.container_engines()), name=run_config.run_id or "farm",
-        )
-        settings.update(options)
-        farm = cls(ConfigSource(raw), on_start=start_server, on_close=stop_server, **settings)
-        return farm
+        source = ConfigSource(raw)
+        server = DemoServer(run_config.fake_server, source)
+        settings = {**farm_settings(run_config, Composer(run_config)), **options}
+        return cls(source, on_start=server.start, on_close=server.stop, **settings)
 
     @classmethod
     def from_objects(cls, model: Any, agent: Any, env_factory: Callable, verifier_factory: Callable | None = None,
@@ -145,24 +106,7 @@ class RolloutFarm:
         if self._closed:
             coro.close()
             raise RuntimeError("this RolloutFarm is closed")
-        self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    def _ensure_loop(self) -> None:
-        if self._loop is not None:
-            return
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.call_soon(ready.set)
-            loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name=f"rollout-farm-{self.name}", daemon=True)
-        self._thread.start()
-        ready.wait()
-        self._loop = loop
+        return self._loop_thread.run(coro, timeout)
 
     def start(self) -> "RolloutFarm":
         """Join or start Ray and start the workers (done by the first call that needs them)."""
@@ -180,7 +124,8 @@ class RolloutFarm:
     async def _start_backend(self) -> Any:
         if self.backend_kind == "local":
             return InProcessBackend(self.source)
-        from cluster.ray_backend import RayBackend, Resources
+        from cluster.ray_backend import RayBackend
+        from cluster.slots import Resources
 
         backend = RayBackend(self.source, run_id=self.name, resources=self.resources or Resources(),
                              concurrency=self.concurrency, deadline=self.deadline_per_attempt,
@@ -296,7 +241,7 @@ class RolloutFarm:
             finally:
                 push(done)
 
-        future = asyncio.run_coroutine_threadsafe(produce(), self._loop)
+        future = self._loop_thread.submit(produce())
         while True:
             item = await queue.get()
             if item is done:
@@ -341,9 +286,7 @@ class RolloutFarm:
                 self._run(self._on_close())
         finally:
             self._closed = True
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=10)
+            self._loop_thread.stop()
 
     def __enter__(self) -> "RolloutFarm":
         return self.start()

@@ -1,6 +1,10 @@
-"""The local backend: rollouts run as asyncio tasks in the driver's own process."""
+"""In-process backends: the run's (``farm.backend: local``, rollouts as asyncio tasks in the driver's process) and
+the trainer API's, which drives one ``RolloutWorker`` (pause gate, policy version) without Ray."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 from cluster.compose import Composer
 from rollout.events import Observer
@@ -23,3 +27,25 @@ class LocalBackend:
             task, parts.agent, self.model, parts.env,
             verifier=parts.verifier, meta=meta, limits=parts.limits, observers=observers,
         )
+
+
+class InProcessBackend:
+    """``RolloutFarm(backend="local")``: one ``RolloutWorker`` in this process, with the farm's broadcast."""
+
+    def __init__(self, source: Any):
+        from cluster.worker import RolloutWorker
+
+        self.worker = RolloutWorker(source, node_id="")
+
+    async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
+        return await self.worker.execute(task, meta)
+
+    async def broadcast(self, method: str, *args: Any) -> list[Any]:
+        out = getattr(self.worker, method)(*args)
+        return [await out if asyncio.iscoroutine(out) else out]
+
+    async def live(self) -> list[dict[str, Any]]:
+        return self.worker.live()
+
+    async def close(self) -> None:
+        await self.worker.shutdown()
