@@ -130,7 +130,7 @@ class Probe:
         self._samples = 0
         self._start: dict[int, tuple[_Proc, str]] = {}
         self._watch0: dict[int, float] = {}
-        self._last: dict[int, float] = {}
+        self._last: dict[int, tuple[float, str]] = {}
         self._acc: dict[str, float] = collections.defaultdict(float)
         self._series: list[tuple[float, dict[str, float]]] = []
 
@@ -138,15 +138,23 @@ class Probe:
         now = time.perf_counter()
         tree = _tree(self.root, self.exclude, self.names)
         per: dict[str, int] = collections.defaultdict(int)
-        seen: dict[int, float] = {}
+        # The rate series, with the same accounting as the totals: a process born since the last sample counts
+        # whole; one that ended is taken back out whole, since its parent's cutime now holds its whole life.
+        seen: dict[int, tuple[float, str]] = {}
         for pid, (p, group) in tree.items():
             per[group] += p.rss
-            self._acc[group] += p.cpu - self._last.get(pid, 0.0 if self._series else p.cpu)
-            seen[pid] = p.cpu
+            if pid in self._last:
+                self._acc[group] += p.cpu - self._last[pid][0]
+            elif self._series:
+                self._acc[group] += p.cpu
+            seen[pid] = (p.cpu, group)
+        for pid, (cpu, group) in self._last.items():
+            if pid not in seen and pid not in self.watch:
+                self._acc[group] -= cpu
         for pid in self.watch:
             if (p := _read_stat(pid)) is not None:
-                self._acc["watched"] += p.cpu - self._last.get(pid, p.cpu)
-                seen[pid] = p.cpu
+                self._acc["watched"] += p.cpu - self._last.get(pid, (p.cpu, ""))[0]
+                seen[pid] = (p.cpu, "watched")
         self._last = seen
         self._series.append((now, dict(self._acc)))
         for g, rss in per.items():
@@ -224,6 +232,17 @@ def server_process(latency: float, policy: str = "rollout.models.policies:bash_e
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def server_stats(url: str, reset: bool = False) -> dict:
+    """The fake server's counters (requests by status, in-flight high-water mark); ``reset`` zeroes them."""
+    import json
+    import urllib.request
+
+    root = url.rsplit("/v1", 1)[0]
+    request = urllib.request.Request(root + "/admin/stats", method="DELETE" if reset else "GET")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
 
 
 # ---- profiles ---------------------------------------------------------------------------------------------

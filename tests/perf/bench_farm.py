@@ -1,6 +1,7 @@
 """The farm end to end (RolloutFarm on an embedded Ray cluster) against baselines, in one run, one table.
 
-    python tests/perf/bench_farm.py [--quick] [--only a b c] [--no-profile] [--all-workers]
+    python tests/perf/bench_farm.py [--quick] [--only a b c] [--budget 540] [--no-profile] [--all-workers]
+                                    [--ray-env KEY=VALUE]
 
 Every rollout is the Mini-SWE loop (agents.swe_agent, envs.shell_env) over our OpenAI client against the fake
 server (``bash_echo``: ``echo step 1``, ``echo step 2``, then submit: S = 3 model calls), which runs in its own
@@ -16,7 +17,10 @@ process so that it does not share a GIL with what is measured.
   with its text-based model (``litellm_textbased``, config ``swebench_backticks.yaml``) whose ``action_regex``
   is set to ```` ```bash ```` blocks so it reads the same responses; its ``LocalEnvironment`` submits on the same
   sentinel line. Trajectory and preds.json files, which its runner also writes, are left out (the farm keeps
-  results in memory too), which only flatters the baseline. Target: farm >= 2x.
+  results in memory too), which only flatters the baseline. It runs in a fresh process per thread count (none
+  of Ray's threads or the farm's heap in its way) with a 60 s request timeout (litellm's default is 600 s).
+  Thread counts Little's law rules out as its best are skipped, and so are further windows / thread counts
+  that would pass ``--budget`` (parts run in the order a, c, b). Target: farm >= 2x.
 - (c) 30,000 rollouts with 10,000 in flight, L = 10 s, the null runtime: ideal 90 s by Little's law; target
   <= 112 s. The Ray worker and the driver are sampled with py-spy (if installed) in the steady state; the profile
   is printed when the target is missed.
@@ -25,28 +29,33 @@ Measured per figure: wall seconds; CPU seconds of the system under test (this pr
 started: workers and daemons; a process's CPU includes the subprocesses it reaped; see _farm_bench_util for how);
 peak RSS (sampled every 0.5 s: this process plus the Ray worker processes; Ray's daemons in the notes). The fake
 server is not part of the system; its CPU is in the notes. ``--quick`` runs small versions (a smoke test).
-mini-swe-agent is optional: ``pip install mini-swe-agent`` (without it, (b) says so in the table).
+mini-swe-agent is optional: ``pip install mini-swe-agent`` (without it, (b) says so in the table). The notes also
+split each rollout's time (see ``timing_notes``) and give each process group's average and busiest-second use
+in cores; ``--ray-env KEY=VALUE`` sets a variable before Ray starts, for A/B runs of a Ray setting.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper module beside this file
+from _farm_bench_util import (  # beside this file: a script's directory is on sys.path
+    DRIVER, RAY, WORKERS, Probe, Usage, server_process, server_stats, start_py_spy, summarize_profile,
+)
 
-from _farm_bench_util import DRIVER, RAY, WORKERS, Probe, Usage, server_process, start_py_spy, summarize_profile  # noqa: E402
-
-from rollout.gc_tuning import tune_gc  # noqa: E402
-from rollout.models.openai_wire import raise_open_file_limit  # noqa: E402
+from rollout.gc_tuning import tune_gc
+from rollout.models.openai_wire import raise_open_file_limit
 
 PROMPT = "Fix the bug in the repository."
 STEPS = 3
@@ -89,6 +98,8 @@ class Row:
     """The figure the target is about (ms per step, rollouts/s, seconds)."""
     rss_groups: tuple[str, ...] = (DRIVER,)
     cpu_groups: tuple[str, ...] = (DRIVER,)
+    order: int = 0
+    """Position among the rows of its system (the window or thread count)."""
     profile: list[str] = field(default_factory=list)
     """py-spy summaries of the farm's processes during this measurement (printed when the target is missed)."""
 
@@ -113,16 +124,36 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def timing_notes(results: list[Any], latency: float) -> list[str]:
+def timing_notes(results: list[Any], latency: float, received: dict[str, float] | None = None) -> list[str]:
     """Where a rollout's time went beyond its S model latencies: inside ``run_rollout`` (agent, client, runtime)
     and, for the farm, the hop from the driver to the worker and back (``wall`` - ``total``: Ray's dispatch,
-    argument and result serialisation, the wait for the worker's event loop)."""
+    argument and result serialisation, the waits for the worker's and the driver's event loops). With the
+    driver's receipt times (``received``, wall clock) the hop splits into "in" (dispatch to the first model call)
+    and "out" (end of the last step to the driver), from the steps' wall-clock ``started_at``."""
     inside = [1000 * (r.timings.get("total", 0.0) - STEPS * latency) for r in results]
     notes = [f"run_rollout beyond S*L p50/p95 {pct(inside, 0.5):.0f}/{pct(inside, 0.95):.0f} ms"]
     hops = [1000 * (r.timings["wall"] - r.timings["total"]) for r in results if "wall" in r.timings]
     if hops:
         notes.append(f"driver-worker hop p50/p95 {pct(hops, 0.5):.0f}/{pct(hops, 0.95):.0f} ms")
+    if received:
+        hop_in, hop_out = [], []
+        for r in results:
+            got, steps = received.get(r.rollout_id), r.trajectory.steps
+            if got is None or not steps or "wall" not in r.timings:
+                continue
+            hop_in.append(1000 * (steps[0].started_at - (got - r.timings["wall"])))
+            last = steps[-1]
+            hop_out.append(1000 * (got - (last.started_at + last.model_seconds + last.env_seconds)))
+        notes.append(f"of which in p50/p95 {pct(hop_in, 0.5):.0f}/{pct(hop_in, 0.95):.0f} ms, "
+                     f"out {pct(hop_out, 0.5):.0f}/{pct(hop_out, 0.95):.0f} ms")
     return notes
+
+
+def served(url: str) -> str:
+    """What the fake server saw since its counters were last reset (retries show as extra requests)."""
+    stats = server_stats(url)
+    errors = sum(n for code, n in stats["by_status"].items() if code != "200")
+    return f"server saw {stats['requests']} requests ({errors} errors), max {stats['max_in_flight']} in flight"
 
 
 def load() -> str:
@@ -178,6 +209,7 @@ class Profiler:
             _, err = spy.communicate(timeout=self.seconds + 60)
             out.append(f"py-spy of the {label}, {self.seconds:g} s from {self.delay:g} s into the measurement:")
             out += summarize_profile(path) if spy.returncode == 0 else [f"  (py-spy failed: {err.strip()[-300:]})"]
+        shutil.rmtree(self.scratch, ignore_errors=True)
         return out
 
 
@@ -192,13 +224,20 @@ def run_farm(url: str, server_pid: int, runtime: dict, run_id: str, rollouts: in
         bad = failures(farm.generate(tasks(WARMUP, "warm")).results)
         if bad:
             raise SystemExit(f"{run_id}: the warm-up failed: {bad[0]}")
-        info = {"workers": [w["pid"] for w in farm.workers()]}
+        info: dict[str, Any] = {"workers": [w["pid"] for w in farm.workers()]}
+        received: dict[str, float] = {}
+        server_stats(url, reset=True)
         with Probe(exclude={server_pid}, watch={server_pid}) as probe:
             if profile is not None:
                 profile(info["workers"], probe)
-            batch = farm.generate(tasks(rollouts))
+            run = getattr(farm, "_run", None)  # farm.generate is farm._run(farm.agenerate(...)): called so to see
+            if run is not None:                # when each result reaches the driver
+                batch = run(farm.agenerate(tasks(rollouts), on_result=lambda r: received.__setitem__(
+                    r.rollout_id, time.time())))
+            else:
+                batch = farm.generate(tasks(rollouts))
         info["profile"] = profile.lines() if profile is not None else []
-        info["timings"] = timing_notes(batch.results, latency)
+        info["timings"] = timing_notes(batch.results, latency, received) + [served(url)]
         return probe.usage, failures(batch.results), info
     finally:
         farm.close()
@@ -207,7 +246,8 @@ def run_farm(url: str, server_pid: int, runtime: dict, run_id: str, rollouts: in
 # ---- (a) overhead per step --------------------------------------------------------------------------------
 
 
-async def loop_rollouts(url: str, rollouts: int, concurrency: int, latency: float) -> tuple[Usage, list[str], list[str]]:
+async def loop_rollouts(url: str, rollouts: int, concurrency: int,
+                        latency: float) -> tuple[Usage, list[str], list[str]]:
     """The plain asyncio loop: the same parts as the farm's worker builds, without the farm."""
     from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
     from envs.null_runtime import NullRuntime, NullRuntimeConfig
@@ -232,11 +272,12 @@ async def loop_rollouts(url: str, rollouts: int, concurrency: int, latency: floa
         bad = failures(await asyncio.gather(*(one(t) for t in tasks(WARMUP, "warm"))))
         if bad:
             raise SystemExit(f"loop: the warm-up failed: {bad[0]}")
+        server_stats(url, reset=True)
         with Probe() as probe:
             results = await asyncio.gather(*(one(t) for t in tasks(rollouts)))
     finally:
         await model.aclose()
-    return probe.usage, failures(results), timing_notes(results, latency)
+    return probe.usage, failures(results), timing_notes(results, latency) + [served(url)]
 
 
 def part_a(sizes: Sizes, profile: bool) -> list[Row]:
@@ -259,8 +300,9 @@ def part_a(sizes: Sizes, profile: bool) -> list[Row]:
         spy = Profiler(ideal / 4, ideal / 2) if profile else None
         usage, bad, info = run_farm(url, server_pid, {"type": "null", "echo": True}, "bench-a", r, c, latency, spy)
         farm = Row("a", "farm (ray)", setting, usage, f"{1000 * overhead(usage):.2f} ms/step",
-                   "<= 3 ms and <= 1.2x loop", "", info["timings"] + [f"load {before}->{load()}"], value=overhead(usage),
-                   rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY), profile=info["profile"])
+                   "<= 3 ms and <= 1.2x loop", "", info["timings"] + [f"load {before}->{load()}"],
+                   value=overhead(usage), rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY),
+                   profile=info["profile"])
         farm.notes += failed_note(bad)
         ratio = farm.value / loop.value if loop.value > 0 else float("inf")
         farm.result += f" ({ratio:.2f}x loop)" if loop.value > 0 else " (loop overhead <= 0)"
@@ -272,29 +314,28 @@ def part_a(sizes: Sizes, profile: bool) -> list[Row]:
 # ---- (b) peak throughput ----------------------------------------------------------------------------------
 
 
+MINI_SWE_ENV = {
+    "MSWEA_COST_TRACKING": "ignore_errors",  # no price for a fake model: not an error
+    "MSWEA_SILENT_STARTUP": "1",  # no banner
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # litellm's price list from the package, not the network
+}
+"""mini-swe-agent's settings, read at its import (its global config goes to a scratch directory too)."""
+
+
 def mini_swe_agent_missing() -> str | None:
-    """Why mini-swe-agent cannot run here, or None."""
-    try:
-        import minisweagent  # noqa: F401
-        import litellm  # noqa: F401
-    except ImportError as exc:
-        return f"mini-swe-agent is not installed ({exc}); install it with: {sys.executable} -m pip install mini-swe-agent"
-    except Exception as exc:  # noqa: BLE001 - a broken install is a reason too
-        return f"mini-swe-agent does not import: {type(exc).__name__}: {exc}"
+    """Why mini-swe-agent cannot run here, or None (found without importing it: litellm takes seconds)."""
+    from importlib.util import find_spec
+
+    absent = [name for name in ("minisweagent", "litellm") if find_spec(name) is None]
+    if absent:
+        return (f"mini-swe-agent is not installed ({', '.join(absent)} missing); install it with: "
+                f"{sys.executable} -m pip install mini-swe-agent")
     return None
 
 
-def mini_swe_environment() -> None:
-    """Its settings, before its first import: no cost lookups, no banner, no network for litellm's price list,
-    its global config in a scratch directory."""
-    os.environ.setdefault("MSWEA_COST_TRACKING", "ignore_errors")
-    os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", tempfile.mkdtemp(prefix="mswea-config-"))
-
-
-def run_mini_swe_agent(url: str, rollouts: int, threads: int, workdir: str) -> tuple[Usage, list[str]]:
-    """mini-swe-agent's batch runner, minus its files and progress display."""
+def run_mini_swe_agent(url: str, rollouts: int, threads: int, workdir: str) -> tuple[Usage, list[str], list[str]]:
+    """mini-swe-agent's batch runner, minus its files and progress display (in a process of its own: see
+    ``mini_swe_agent_process``)."""
     import logging
 
     from minisweagent.agents.default import DefaultAgent
@@ -307,7 +348,9 @@ def run_mini_swe_agent(url: str, rollouts: int, threads: int, workdir: str) -> t
     base = get_config_from_spec("swebench_backticks.yaml")
     model_config = recursive_merge(base["model"], {
         "model_class": "litellm_textbased", "model_name": "openai/scripted", "cost_tracking": "ignore_errors",
-        "model_kwargs": {"api_base": url, "api_key": "unused"}, "action_regex": r"```bash\s*\n(.*?)\n```",
+        # a request timeout below litellm's 600 s default: a lost response costs a retry, not the run
+        "model_kwargs": {"api_base": url, "api_key": "unused", "timeout": 60},
+        "action_regex": r"```bash\s*\n(.*?)\n```",
     })
     env_config = recursive_merge(base["environment"], {"environment_class": "local", "cwd": workdir, "timeout": 30})
     env_config.pop("interpreter", None)  # a docker-environment field
@@ -327,52 +370,110 @@ def run_mini_swe_agent(url: str, rollouts: int, threads: int, workdir: str) -> t
         bad = [b for b in pool.map(one, range(WARMUP)) if b]
         if bad:
             raise SystemExit(f"mini-swe-agent: the warm-up failed: {bad[0]}")
+        server_stats(url, reset=True)
         with Probe() as probe:
             bad = [b for b in pool.map(one, range(rollouts)) if b]
-    return probe.usage, bad
+    return probe.usage, bad, [served(url)]
 
 
-def part_b(sizes: Sizes, all_workers: bool, profile: bool) -> list[Row]:
+def mini_swe_agent_process(url: str, rollouts: int, threads: int) -> tuple[Usage, list[str], list[str]]:
+    """``run_mini_swe_agent`` in a fresh process (``--mini-swe-agent-child``): none of the farm's state (Ray's
+    threads, the driver's heap) in its way, and its own CPU and RSS, measured there."""
+    argv = [sys.executable, __file__, "--mini-swe-agent-child", url, str(rollouts), str(threads)]
+    with tempfile.TemporaryDirectory(prefix="mswea-config-") as config_dir:
+        env = {**os.environ, **MINI_SWE_ENV, "MSWEA_GLOBAL_CONFIG_DIR": config_dir}
+        done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"mini-swe-agent ({threads} threads) failed:\n{done.stderr[-3000:]}")
+    out = json.loads(lines[-1])
+    usage = out["usage"]
+    usage["peak_rss_of"] = {tuple(k.split(",")): v for k, v in usage["peak_rss_of"].items()}
+    return Usage(**usage), out["bad"], out["notes"]
+
+
+def mini_swe_agent_child(url: str, rollouts: int, threads: int) -> int:
+    raise_open_file_limit()
+    tune_gc()  # as in the parent, so both systems run with the same collector settings
+    with tempfile.TemporaryDirectory(prefix="mswea-work-") as workdir:
+        usage, bad, notes = run_mini_swe_agent(url, rollouts, threads, workdir)
+    data = dataclasses.asdict(usage)
+    data["peak_rss_of"] = {",".join(k): v for k, v in usage.peak_rss_of.items()}
+    print(json.dumps({"usage": data, "bad": bad, "notes": notes}))
+    return 0
+
+
+def part_b(sizes: Sizes, all_workers: bool, profile: bool, deadline: float) -> list[Row]:
+    """The first farm window and mini-swe-agent thread count always run; the others while ``deadline``
+    (``time.monotonic``) allows, each system's next one estimated from its last."""
     n, latency = sizes.b_rollouts, sizes.b_latency
     runtime = {"type": "local", "allow_host_exec": True}  # the commands are the scripted policy's echo
-    farm_rows, mini_rows = [], []
+    windows = sorted(sizes.b_windows, reverse=True)  # the widest first: the likely best
+    threads_todo = sorted(sizes.b_threads, reverse=True)
+    farm_rows: list[Row] = []
+    mini_rows: list[Row] = []
+    missing = mini_swe_agent_missing()
+    if missing is not None:
+        mini_rows.append(Row("b", "mini-swe-agent batch runner", "-", None, "not run", "", "", [missing]))
+        threads_todo = []
+
+    def fits(rows: list[Row], startup: float) -> bool:
+        last = max((r.usage.wall for r in rows if r.usage is not None), default=0.0)
+        return time.monotonic() + 1.2 * last + startup < deadline
+
+    def skipped(system: str, setting: str, order: int) -> Row:
+        return Row("b", system, setting, None, "skipped", "", "",
+                   ["not run: the time budget (--budget) would be passed; its other settings ran"], order=order)
+
     with server_process(latency) as (url, server_pid):
-        for window in sizes.b_windows:
+
+        def farm_window(window: int) -> None:
+            setting = f"{n} rollouts, window {window}, L={latency:g}s"
+            if farm_rows and not fits(farm_rows, 20.0):
+                farm_rows.append(skipped("farm (ray), local runtime", setting, window))
+                return
             before = load()
             ideal = -(-n // window) * STEPS * latency
             spy = Profiler(ideal / 2, 2 * ideal) if profile else None
             usage, bad, info = run_farm(url, server_pid, runtime, f"bench-b{window}", n, window, latency, spy)
-            row = Row("b", "farm (ray), local runtime", f"{n} rollouts, window {window}, L={latency:g}s", usage,
-                      f"{n / usage.wall:.1f} rollouts/s", "", "", info["timings"] + [f"load {before}->{load()}"],
-                      value=n / usage.wall, rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY), profile=info["profile"])
+            row = Row("b", "farm (ray), local runtime", setting, usage, f"{n / usage.wall:.1f} rollouts/s", "", "",
+                      info["timings"] + [f"load {before}->{load()}"], value=n / usage.wall,
+                      rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY), profile=info["profile"],
+                      order=window)
             row.notes += failed_note(bad)
             farm_rows.append(row)
-        missing = mini_swe_agent_missing() if "minisweagent" not in sys.modules else None
-        if missing is not None:
-            mini_rows.append(Row("b", "mini-swe-agent batch runner", "-", None, "not run", "", "", [missing]))
-        else:
-            best = 0.0
-            with tempfile.TemporaryDirectory(prefix="mswea-work-") as workdir:
-                for threads in sorted(sizes.b_threads, reverse=True):
-                    setting = f"{n} rollouts, {threads} threads, L={latency:g}s"
-                    bound = threads / (STEPS * latency)
-                    if not all_workers and best > bound:
-                        mini_rows.append(Row("b", "mini-swe-agent batch runner", setting, None, "skipped", "", "", [
-                            f"cannot be its best: Little's law caps {threads} threads at {bound:.1f} rollouts/s "
-                            f"< {best:.1f} measured (--all-workers runs it)"]))
-                        continue
-                    before = load()
-                    usage, bad = run_mini_swe_agent(url, n, threads, workdir)
-                    row = Row("b", "mini-swe-agent batch runner", setting, usage, f"{n / usage.wall:.1f} rollouts/s",
-                              "", "", [f"load {before}->{load()}"], value=n / usage.wall)
-                    row.notes += failed_note(bad)
-                    best = max(best, row.value)
-                    mini_rows.append(row)
-    best_farm = max(farm_rows, key=lambda r: r.value)
-    measured = [r for r in mini_rows if r.usage is not None]
+
+        def mini_threads(threads: int) -> None:
+            setting = f"{n} rollouts, {threads} threads, L={latency:g}s"
+            best = max((r.value for r in mini_rows), default=0.0)
+            bound = threads / (STEPS * latency)
+            if not all_workers and best > bound:
+                mini_rows.append(Row("b", "mini-swe-agent batch runner", setting, None, "skipped", "", "", [
+                    f"cannot be its best: Little's law caps {threads} threads at {bound:.1f} rollouts/s "
+                    f"< {best:.1f} measured (--all-workers runs it)"], order=threads))
+                return
+            if mini_rows and not fits(mini_rows, 5.0):
+                mini_rows.append(skipped("mini-swe-agent batch runner", setting, threads))
+                return
+            before = load()
+            usage, bad, notes = mini_swe_agent_process(url, n, threads)
+            row = Row("b", "mini-swe-agent batch runner", setting, usage, f"{n / usage.wall:.1f} rollouts/s",
+                      "", "", notes + [f"load {before}->{load()}"], value=n / usage.wall, order=threads)
+            row.notes += failed_note(bad)
+            mini_rows.append(row)
+
+        while windows or threads_todo:  # alternate, so a short budget still measures both systems
+            if windows:
+                farm_window(windows.pop(0))
+            if threads_todo:
+                mini_threads(threads_todo.pop(0))
+
+    measured_farm = [r for r in farm_rows if r.usage is not None]
+    measured_mini = [r for r in mini_rows if r.usage is not None]
+    best_farm = max(measured_farm, key=lambda r: r.value)
     best_farm.target = ">= 2x mini-swe-agent"
-    if measured:
-        best_mini = max(measured, key=lambda r: r.value)
+    if measured_mini:
+        best_mini = max(measured_mini, key=lambda r: r.value)
         best_mini.target = "baseline (its best)"
         ratio = best_farm.value / best_mini.value
         best_farm.result += f" ({ratio:.2f}x)"
@@ -380,10 +481,10 @@ def part_b(sizes: Sizes, all_workers: bool, profile: bool) -> list[Row]:
         best_farm.verdict = "pass" if ratio >= 2 and clean else "MISS"
     else:
         best_farm.verdict = "n/a"
-    for row in farm_rows:
+    for row in measured_farm:
         if row is not best_farm:
             row.target = "(not the best window)"
-    return farm_rows + mini_rows
+    return sorted(farm_rows, key=lambda r: r.order) + sorted(mini_rows, key=lambda r: r.order)
 
 
 # ---- (c) 10,000 in flight ---------------------------------------------------------------------------------
@@ -446,12 +547,17 @@ def print_table(rows: list[Row]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--mini-swe-agent-child"]:  # internal: one mini-swe-agent measurement (url, rollouts, threads)
+        return mini_swe_agent_child(argv[1], int(argv[2]), int(argv[3]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small versions of every part (a smoke test)")
     parser.add_argument("--only", choices=["a", "b", "c"], nargs="+", help="run only these parts")
     parser.add_argument("--no-profile", action="store_true", help="do not sample the farm's processes with py-spy")
     parser.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE",
                         help="set before Ray starts, so its processes inherit it (A/B runs, e.g. RAY_USE_UVLOOP=0)")
+    parser.add_argument("--budget", type=float, default=540.0,
+                        help="seconds for the whole run: (b)'s further windows and thread counts are skipped past it")
     parser.add_argument("--all-workers", action="store_true",
                         help="run every mini-swe-agent thread count, even those Little's law rules out as its best")
     args = parser.parse_args(argv)
@@ -464,19 +570,17 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[key] = value
     raise_open_file_limit()  # before Ray starts: its processes inherit the limit (10,000 sockets in (c))
     tune_gc()  # as `rollout run` does (the farm's workers tune their own)
-    if "b" in parts:
-        mini_swe_environment()
-        if mini_swe_agent_missing() is None:
-            import minisweagent.models  # noqa: F401 - imported now (seconds of litellm), not inside a measurement
-    rows: list[Row] = []
+    by_part: dict[str, list[Row]] = {}
     profile = not args.no_profile
     t0, load0 = time.perf_counter(), load()
+    deadline = time.monotonic() + args.budget
     if "a" in parts:
-        rows += part_a(sizes, profile)
+        by_part["a"] = part_a(sizes, profile)
+    if "c" in parts:  # before (b), whose optional settings then use what is left of the budget
+        by_part["c"] = part_c(sizes, profile)
     if "b" in parts:
-        rows += part_b(sizes, args.all_workers, profile)
-    if "c" in parts:
-        rows += part_c(sizes, profile)
+        by_part["b"] = part_b(sizes, args.all_workers, profile, deadline)
+    rows = [row for part in ("a", "b", "c") for row in by_part.get(part, [])]
     print_table(rows)
     print(f"total {time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs; load average (1/5/15 min) "
           f"{load0} at the start, {load()} at the end" + (f"; {', '.join(args.ray_env)}" if args.ray_env else ""))
