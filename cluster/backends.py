@@ -46,7 +46,8 @@ def rollout_resources(config: RunConfig, composer: Composer) -> Any:
             cpus = max(cpus or 0.0, float(runtime.cpus))
         if config.farm.memory_per_rollout is None:
             memory = max(memory or 0, parse_memory(runtime.memory) or 0) or None
-    return Resources(cpus=cpus, memory_bytes=memory, max_per_node=config.farm.max_per_node)
+    return Resources(cpus=cpus, memory_bytes=memory, max_per_node=config.farm.max_per_node,
+                     workers_per_node=config.farm.workers_per_node)
 
 
 def ray_available() -> None:

@@ -7,6 +7,7 @@ environments, runtimes and verifiers are fresh per rollout.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from dataclasses import dataclass
@@ -64,9 +65,16 @@ def component(registry: Registry, section: dict[str, Any] | None, field: str) ->
 def build(comp: Component, **deps: Any) -> Any:
     """``cls.from_config(config, **deps)`` (or ``cls(config, **deps)``), passing only the deps it accepts."""
     factory = getattr(comp.cls, "from_config", comp.cls)
-    params = inspect.signature(factory).parameters
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    params, takes_all = _accepts(factory)
     return factory(comp.config, **{k: v for k, v in deps.items() if takes_all or k in params})
+
+
+@functools.lru_cache(maxsize=256)
+def _accepts(factory: Callable[..., Any]) -> tuple[frozenset[str], bool]:
+    """The keyword names ``factory`` takes and whether it takes ``**kwargs`` (``inspect.signature`` costs
+    about 30 µs, and every rollout builds its environment and runtime)."""
+    params = inspect.signature(factory).parameters
+    return frozenset(params), any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def model_is_scripted(config: RunConfig) -> bool:
@@ -165,7 +173,7 @@ class Composer:
         runtime_builder = self._runtime_builder(profile.runtime, meta)
         factory = getattr(profile.environment.cls, "from_config", profile.environment.cls)
         # an environment takes a runtime, or a builder when it picks the image per task (SWE)
-        wants_runtime = "runtime" in inspect.signature(factory).parameters
+        wants_runtime = "runtime" in _accepts(factory)[0]
         return build(profile.environment, runtime=runtime_builder() if wants_runtime else None,
                      runtime_builder=runtime_builder)
 

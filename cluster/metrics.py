@@ -27,6 +27,7 @@ table; ``configs/grafana/rollout_farm.json`` uses only these names (a test check
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from rollout import events
@@ -70,12 +71,26 @@ def exported_names() -> set[str]:
     return names
 
 
-class FarmMetrics:
-    """The instruments of one process (a worker or the driver), created on first use."""
+FLUSH_INTERVAL = 1.0
+"""Seconds between hand-overs of buffered records to Ray (which exports every few seconds anyway)."""
 
-    def __init__(self, run_id: str):
+
+class FarmMetrics:
+    """The instruments of one process (a worker or the driver), created on first use.
+
+    Records are buffered in plain Python (counters summed, the last gauge value kept, histogram samples
+    listed) and handed to Ray every ``FLUSH_INTERVAL`` seconds by a task on the running event loop, so a
+    rollout's dozen or so records cost dictionary updates, not calls into Ray's recorder. Without a running
+    loop a record goes straight through. ``aclose()`` hands over what is left."""
+
+    def __init__(self, run_id: str, interval: float = FLUSH_INTERVAL):
         self.run = run_id
+        self.interval = interval
         self._instruments: dict[str, Any] = {}
+        self._counts: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self._samples: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
+        self._flusher: asyncio.Task | None = None
 
     def _get(self, name: str) -> Any:
         inst = self._instruments.get(name)
@@ -95,13 +110,56 @@ class FarmMetrics:
 
     def inc(self, name: str, value: float = 1.0, **tags: str) -> None:
         if value:
-            self._get(name).inc(value, tags={"run": self.run, **tags})
+            key = (name, tuple(tags.items()))
+            self._counts[key] = self._counts.get(key, 0.0) + value
+            self._schedule()
 
     def set(self, name: str, value: float, **tags: str) -> None:
-        self._get(name).set(value, tags={"run": self.run, **tags})
+        self._gauges[(name, tuple(tags.items()))] = value
+        self._schedule()
 
     def observe(self, name: str, value: float, **tags: str) -> None:
-        self._get(name).observe(value, tags={"run": self.run, **tags})
+        self._samples.setdefault((name, tuple(tags.items())), []).append(value)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._flusher is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop here: write through
+            self.flush()
+            return
+        self._flusher = loop.create_task(self._flush_every())
+
+    async def _flush_every(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - metrics never stop rollouts; the next flush tries again
+                pass
+
+    def flush(self) -> None:
+        """Hand every buffered record to Ray."""
+        counts, self._counts = self._counts, {}
+        gauges, self._gauges = self._gauges, {}
+        samples, self._samples = self._samples, {}
+        for (name, tags), value in counts.items():
+            self._get(name).inc(value, tags={"run": self.run, **dict(tags)})
+        for (name, tags), value in gauges.items():
+            self._get(name).set(value, tags={"run": self.run, **dict(tags)})
+        for (name, tags), values in samples.items():
+            instrument, full = self._get(name), {"run": self.run, **dict(tags)}
+            for value in values:
+                instrument.observe(value, tags=full)
+
+    async def aclose(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+            self._flusher = None
+        self.flush()
 
     def observer(self, event: events.Event) -> None:
         """The rollout loop's events → instruments (cheap: called inline on every event)."""

@@ -16,14 +16,17 @@ while a run goes on get a worker too.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 from typing import Any, TextIO
 
 import ray
-from ray.exceptions import RayActorError, RayError, TaskCancelledError
+from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cluster.channel import Channel, WorkerGone
 from cluster.slots import Node, Resources
+from cluster.wire import decode_result
 from cluster.worker import RolloutWorker
 from rollout.errors import DeadlineExceeded, WorkerDied
 from rollout.events import Observer
@@ -36,7 +39,6 @@ WORKER_START_TIMEOUT = 120.0
 """Seconds a new worker actor may take to answer its first call."""
 CANCEL_GRACE = 30.0
 """Seconds a cancelled attempt may take to close its runtime before its containers are removed by label."""
-"""Seconds a new worker actor may take to answer its first call."""
 
 _WorkerActor = None
 
@@ -57,7 +59,8 @@ class RayBackend:
         self.source_ref = ray.put(source)
         self.run_id, self.resources, self.concurrency = run_id, resources, concurrency
         self.deadline, self.run_dir, self.engines, self.name, self.out = deadline, run_dir, engines, name, out
-        self.nodes: dict[str, Node] = {}
+        self.nodes: dict[tuple[str, int], Node] = {}
+        """One entry per worker: (node id, index among the node's workers)."""
         self._changed: asyncio.Condition | None = None
         self._refresher: asyncio.Task | None = None
         self.workers_lost = 0
@@ -66,6 +69,7 @@ class RayBackend:
         """Rollouts admitted by the driver's window that wait for a node slot."""
         self.not_started = 0
         self._reap_pending = False
+        self._seq = itertools.count()
         from cluster.metrics import FarmMetrics
 
         self.metrics = FarmMetrics(run_id)
@@ -95,11 +99,18 @@ class RayBackend:
                 pass
             ray.kill(node.actor, no_restart=True)
 
+        await asyncio.gather(*(n.channel.close() for n in nodes if n.channel is not None))
         await asyncio.gather(*(stop(n) for n in nodes))
+        await self.metrics.aclose()
         await asyncio.to_thread(self._reap_dead_owners)
 
     def describe(self) -> str:
-        parts = [f"{n.node_id[:8]}x{n.capacity}" for n in self.nodes.values() if n.alive]
+        per_node: dict[str, list[int]] = {}
+        for n in self.nodes.values():
+            if n.alive:
+                per_node.setdefault(n.node_id, []).append(n.capacity)
+        parts = [f"{node_id[:8]}x{sum(slots)}" + (f" ({len(slots)} workers)" if len(slots) > 1 else "")
+                 for node_id, slots in per_node.items()]
         return f"{len(parts)} node(s), slots per node: {', '.join(parts)}"
 
     def workers(self) -> list[Any]:
@@ -120,33 +131,31 @@ class RayBackend:
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         node = await self._acquire()
-        actor, generation = node.actor, node.generation
-        ref = actor.execute.remote(task, meta)
-        future = _as_future(ref)
-        future.add_done_callback(_retrieve)  # a cancelled attempt's error is expected, never "unretrieved"
+        channel, seq = node.channel, next(self._seq)
+        future = channel.send(seq, task, meta)
         try:
-            result = await asyncio.wait_for(asyncio.shield(future), self.deadline)
+            payload = await asyncio.wait_for(asyncio.shield(future), self.deadline)
+            result = decode_result(payload) if payload is not None else failure_result(task, meta, WorkerDied(
+                f"the worker on node {node.node_id[:8]} cancelled attempt {meta.attempt} of {meta.rollout_id}"))
         except asyncio.TimeoutError:
             self.deadlines_hit += 1
-            ray.cancel(ref)
+            channel.cancel(seq)
             # Let the worker unwind (its runtime closes what it started), then remove what is left by label.
             await asyncio.wait([future], timeout=CANCEL_GRACE)
             await asyncio.to_thread(self._remove_rollout_containers, meta.rollout_id)
             result = failure_result(task, meta, DeadlineExceeded(
                 f"attempt {meta.attempt} of {meta.rollout_id} passed the {self.deadline:g}s deadline on node "
                 f"{node.node_id[:8]}; cancelled and its containers removed"))
-        except RayActorError as exc:
-            self._worker_lost(node, generation, exc)
-            result = failure_result(task, meta, WorkerDied(
-                f"worker {node.worker or '?'} on node {node.node_id[:8]} died: {type(exc).__name__}: "
-                f"{_first_line(exc)}"))
-        except (TaskCancelledError, RayError) as exc:
-            result = failure_result(task, meta, WorkerDied(f"{type(exc).__name__}: {_first_line(exc)}"))
+        except WorkerGone as exc:
+            where = f"worker {node.worker or '?'} on node {node.node_id[:8]}"
+            cause = f"died: {exc}" if isinstance(exc.cause, RayActorError) else f"could not run it: {exc}"
+            result = failure_result(task, meta, WorkerDied(f"{where} {cause}"))
         except asyncio.CancelledError:  # the caller gave up (a batch deadline): stop the attempt for real
-            ray.cancel(ref)
+            channel.cancel(seq)
             await asyncio.shield(asyncio.to_thread(self._remove_rollout_containers, meta.rollout_id))
             raise
         finally:
+            future.add_done_callback(_retrieve)  # an abandoned attempt's error is expected, never "unretrieved"
             await self._release(node)
         if result.node_id is None:
             result.node_id, result.worker = node.node_id, node.worker
@@ -206,16 +215,17 @@ class RayBackend:
         listed = await asyncio.to_thread(ray.nodes)
         alive = {n["NodeID"]: n for n in listed if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0}
         for node_id, info in alive.items():
-            node = self.nodes.get(node_id)
-            if node is None:
+            if (node_id, 0) not in self.nodes:
                 capacity = self.resources.capacity(info["Resources"], self.concurrency)
-                node = self.nodes[node_id] = Node(node_id, capacity)
-                self._start_worker(node)
+                for index, share in enumerate(self.resources.workers(info["Resources"], capacity)):
+                    node = self.nodes[(node_id, index)] = Node(node_id, share, index=index)
+                    self._start_worker(node)
         for node in self.nodes.values():
             if node.alive and node.node_id not in alive:
                 node.alive = False
-                print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
-                      file=self.out, flush=True)
+                if node.index == 0:
+                        print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
+                          file=self.out, flush=True)
             elif node.alive and node.actor is None and node.starting is None:
                 self._start_worker(node)
         await self._notify()
@@ -226,7 +236,7 @@ class RayBackend:
 
         async def start() -> None:
             actor = worker_actor_class().options(
-                name=f"{self.name}:{self.run_id}:{node.node_id[:8]}:{generation}",
+                name=f"{self.name}:{self.run_id}:{node.node_id[:8]}:{node.index}:{generation}",
                 num_cpus=0,  # slots are counted here, per node; the actor itself only waits on I/O
                 max_concurrency=100_000,
                 max_restarts=0,
@@ -244,6 +254,7 @@ class RayBackend:
             else:
                 if node.generation == generation:
                     node.actor, node.worker = actor, info["worker"]
+                    node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc))
                     if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
                         actor.reap_dead_owners.remote(self.run_id, self.engines)
             finally:
@@ -262,7 +273,7 @@ class RayBackend:
               "its rollouts run again, a replacement starts if the node is still there", file=self.out, flush=True)
         # Unreachable may not mean dead: make sure it runs nothing more the driver has sent elsewhere.
         ray.kill(node.actor, no_restart=True)
-        node.actor, node.worker = None, None
+        node.actor, node.worker, node.channel = None, None, None
         self._reap_pending = True
         asyncio.get_running_loop().run_in_executor(None, self._reap_dead_owners)
         # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that

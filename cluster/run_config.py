@@ -75,6 +75,9 @@ class FarmConfig(StrictModel):
     """Memory one rollout's container takes; default the runtime's ``memory``."""
     max_per_node: int | None = Field(default=None, ge=1)
     """Cap on concurrent rollouts per node, on top of what cpus and memory allow."""
+    workers_per_node: int | None = Field(default=None, ge=1)
+    """Worker processes per node, each one event loop sharing the node's slots. Default: one per 1,000 slots,
+    at most one per CPU (one loop runs about a thousand steps a second)."""
     deadline: float | None = Field(default=None, gt=0)
     """Host-side seconds per attempt (container start, agent, grading); the attempt is cancelled and its
     containers removed when it passes. Default: the agent's ``time_limit`` plus the verifier's ``eval_timeout``

@@ -123,6 +123,9 @@ class RolloutWorker:
         self.finished = 0
         self._model: GatedModel | None = None
         self._gate: asyncio.Event | None = None
+        self._running: dict[int, asyncio.Task] = {}
+        self._outbox: list[tuple[int, tuple[int, bytes] | None]] = []
+        self._ready: asyncio.Event | None = None
         self.metrics = None
         if metrics_run is not None:  # inside Ray: the farm's metrics (cluster.metrics), tagged with the run
             from cluster.metrics import FarmMetrics
@@ -158,6 +161,49 @@ class RolloutWorker:
         self.finished += 1
         result.node_id, result.worker = self.node_id or None, self.ident
         return result
+
+    # ---- many rollouts per call: the Ray backend's protocol (cluster.channel) -------------------------
+
+    async def submit(self, batch: list[tuple[int, Task, RequestMeta]]) -> int:
+        """Start ``(seq, task, meta)`` rollouts; each result goes to the outbox that ``collect`` empties."""
+        for seq, task, meta in batch:
+            self._running[seq] = asyncio.create_task(self._deliver(seq, task, meta))
+        return len(batch)
+
+    async def _deliver(self, seq: int, task: Task, meta: RequestMeta) -> None:
+        from cluster.wire import encode_result
+
+        payload: tuple[int, bytes] | None
+        try:
+            payload = encode_result(await self.execute(task, meta))
+        except asyncio.CancelledError:  # the driver cancelled it (a deadline): it unwound; None says so
+            payload = None
+        except Exception as exc:  # noqa: BLE001 - reported as this rollout's failure, never lost
+            payload = encode_result(failure_result(task, meta, exc))
+        self._running.pop(seq, None)
+        self._outbox.append((seq, payload))
+        if self._ready is not None:
+            self._ready.set()
+
+    async def collect(self, wait: float = 30.0) -> list[tuple[int, tuple[int, bytes] | None]]:
+        """Every ``(seq, encoded result)`` finished since the last call; waits up to ``wait`` s for one."""
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        if not self._outbox:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+        out, self._outbox = self._outbox, []
+        return out
+
+    async def cancel(self, seqs: list[int]) -> None:
+        """Cancel running rollouts (their runtimes close what they started; ``collect`` reports None)."""
+        for seq in seqs:
+            task = self._running.get(seq)
+            if task is not None:
+                task.cancel()
 
     def _observers(self, meta: RequestMeta, key: tuple[str, int]) -> list[events.Observer]:
         observers = [self.tracker.observer(key)]
@@ -202,5 +248,7 @@ class RolloutWorker:
         if self._model is not None:
             await self._model.aclose()
             self._model = None
+        if self.metrics is not None:
+            await self.metrics.aclose()
         await close_all()
         await asyncio.to_thread(remove_tracked)

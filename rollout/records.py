@@ -19,7 +19,7 @@ Message = dict[str, Any]
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+    model_config = ConfigDict(extra="forbid", use_enum_values=False, ser_json_inf_nan="constants")
 
 
 class Task(Record):

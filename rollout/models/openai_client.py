@@ -16,7 +16,7 @@ import json
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Literal, Mapping
 
 import aiohttp
 
@@ -28,6 +28,7 @@ from pydantic import Field
 
 from rollout.config import StrictModel, validate
 from rollout.errors import ContextLengthExceeded, ModelError
+from rollout.models.http1 import ConnectionFailed, Http1Pool
 from rollout.models.openai_wire import (
     is_context_length_error,
     parse_response,
@@ -67,6 +68,13 @@ class OpenAIModelConfig(StrictModel):
     """Requests in flight at once from this process (per event loop); more wait in a queue."""
     max_connections: int = Field(default=0, ge=0)
     """aiohttp connection-pool limit; 0 = unlimited, leaving ``max_concurrency`` as the only bound."""
+    http_client: Literal["auto", "aiohttp"] = "auto"
+    """``auto``: the built-in HTTP/1.1 client (``rollout.models.http1``, a fraction of aiohttp's CPU per request)
+    for ``http://`` URLs without a ``max_connections`` cap, aiohttp otherwise (TLS). ``aiohttp``: always."""
+    keepalive_timeout: float = Field(default=60.0, gt=0)
+    """Seconds an idle pooled connection is kept for reuse. Longer than a model call: with thousands of
+    rollouts in flight the pool hands out its oldest idle connection, and one dropped at aiohttp's default
+    (15 s) costs a new TCP connection on both sides. A server that closes sooner is noticed, not an error."""
     sampling: dict[str, Any] = Field(default_factory=dict)
     """Default sampling parameters (temperature, top_p, max_tokens, seed, stop, ...); per-call ones win."""
     tool_choice: str | dict[str, Any] | None = None
@@ -93,6 +101,7 @@ class _LoopState:
     semaphore: asyncio.Semaphore
     closer: AsyncIterator[None]
     timeout: aiohttp.ClientTimeout
+    lean: Http1Pool | None = None
 
 
 class OpenAIModel:
@@ -164,10 +173,16 @@ class OpenAIModel:
             retry_after: float | None = None
             try:
                 async with state.semaphore:  # noqa: SIM117 - the request starts only once a slot is free
-                    async with state.session.post(self.url, data=payload, headers=headers, timeout=timeout) as resp:
-                        status, raw = resp.status, await resp.read()
-                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    if state.lean is not None:
+                        extra = {"X-Rollout-Id": headers["X-Rollout-Id"]} if "X-Rollout-Id" in headers else None
+                        status, got, raw = await state.lean.post(payload, extra, self.config.timeout)
+                        retry_after = parse_retry_after(got.get("retry-after"))
+                    else:
+                        async with state.session.post(self.url, data=payload, headers=headers,
+                                                      timeout=timeout) as resp:
+                            status, raw = resp.status, await resp.read()
+                            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionFailed) as exc:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:
                 text = "" if status == 200 else raw.decode("utf-8", errors="replace")
@@ -202,12 +217,18 @@ class OpenAIModel:
             for old in [lp for lp in self._loops if lp.is_closed()]:
                 del self._loops[old]
             raise_open_file_limit()
-            connector = aiohttp.TCPConnector(limit=self.config.max_connections, limit_per_host=0, ttl_dns_cache=300)
+            connector = aiohttp.TCPConnector(limit=self.config.max_connections, limit_per_host=0, ttl_dns_cache=300,
+                                            keepalive_timeout=self.config.keepalive_timeout)
             # No response decompression or default headers to compute: less work per request at 10k in flight.
             session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                             skip_auto_headers=("User-Agent",))
-            state = _LoopState(session, asyncio.Semaphore(self.config.max_concurrency), _close_at_loop_end(session),
-                               aiohttp.ClientTimeout(total=self.config.timeout))
+            lean = None
+            if (self.config.http_client == "auto" and self.url.startswith("http://")
+                    and not self.config.max_connections):
+                lean = Http1Pool(self.url, self._headers, keepalive=self.config.keepalive_timeout)
+            state = _LoopState(session, asyncio.Semaphore(self.config.max_concurrency),
+                               _close_at_loop_end(session, lean), aiohttp.ClientTimeout(total=self.config.timeout),
+                               lean)
             self._loops[loop] = state
             # Started and parked at its yield: asyncio.run() finalises such generators while the
             # loop still runs, which closes the session even when nobody calls aclose().
@@ -222,6 +243,8 @@ class OpenAIModel:
         """Close this event loop's session (other loops' sessions close when their loop ends)."""
         state = self._loops.pop(asyncio.get_running_loop(), None)
         if state is not None:
+            if state.lean is not None:
+                state.lean.close()
             await state.session.close()
             await state.closer.aclose()
 
@@ -239,9 +262,11 @@ def _loads(raw: bytes) -> Any:
     return _orjson.loads(raw) if _orjson is not None else json.loads(raw)
 
 
-async def _close_at_loop_end(session: aiohttp.ClientSession) -> AsyncIterator[None]:
+async def _close_at_loop_end(session: aiohttp.ClientSession, lean: Http1Pool | None) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        if lean is not None:
+            lean.close()
         if not session.closed:
             await session.close()

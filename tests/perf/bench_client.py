@@ -32,8 +32,8 @@ def observation(turn: int) -> dict:
 
 
 @contextlib.asynccontextmanager
-async def ours(url: str, args: argparse.Namespace) -> AsyncIterator[Rollout]:
-    model = OpenAIModel(OpenAIModelConfig(base_url=url, model="scripted", timeout=120))
+async def ours(url: str, args: argparse.Namespace, client: str = "aiohttp") -> AsyncIterator[Rollout]:
+    model = OpenAIModel(OpenAIModelConfig(base_url=url, model="scripted", timeout=120, http_client=client))
 
     async def one_rollout(i: int) -> None:
         meta = RequestMeta(rollout_id=f"bench-{i}", task_id=f"task-{i}")
@@ -119,21 +119,22 @@ async def bare_aiohttp(url: str, args: argparse.Namespace) -> AsyncIterator[Roll
 VARIANTS: dict[str, Callable[[str, argparse.Namespace], contextlib.AbstractAsyncContextManager[Rollout]]] = {
     "bare aiohttp (no project code)": bare_aiohttp,
     "ours (aiohttp)": ours,
+    "ours (built-in HTTP/1.1)": lambda url, args: ours(url, args, "auto"),
     "ours, full agent rollouts": agent_rollouts,
     "openai SDK (httpx)": openai_sdk,
 }
 
 
-async def measure(variant, url: str, args: argparse.Namespace) -> tuple[float, int]:
-    """Wall seconds for all rollouts at once, and how many failed."""
+async def measure(variant, url: str, args: argparse.Namespace) -> tuple[float, float, int]:
+    """Wall seconds for all rollouts at once, this process's CPU seconds, and how many failed."""
     async with variant(url, args) as one_rollout:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         results = await asyncio.gather(*(one_rollout(i) for i in range(args.rollouts)), return_exceptions=True)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
         print(f"  {len(failed)} failed, e.g. {type(failed[0]).__name__}: {failed[0]}", file=sys.stderr)
-    return wall, len(failed)
+    return wall, cpu, len(failed)
 
 
 @contextlib.contextmanager
@@ -166,12 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with server_process(args.latency) as url:
         for name in args.only or VARIANTS:
-            wall, failed = asyncio.run(measure(VARIANTS[name], url, args))
-            rows.append((name, args.rollouts, args.turns, args.latency, wall, ideal, wall / ideal, failed))
-    header = ("client", "rollouts", "turns", "latency", "wall s", "ideal s", "ratio", "failed")
+            wall, cpu, failed = asyncio.run(measure(VARIANTS[name], url, args))
+            rows.append((name, args.rollouts, args.turns, args.latency, wall, ideal, wall / ideal, cpu, failed))
+    header = ("client", "rollouts", "turns", "latency", "wall s", "ideal s", "ratio", "CPU ms/request", "failed")
     print(" | ".join(header))
-    for name, n, turns, latency, wall, ideal_s, ratio, failed in rows:
-        print(f"{name} | {n} | {turns} | {latency:g} | {wall:.2f} | {ideal_s:.2f} | {ratio:.2f} | {failed}")
+    for name, n, turns, latency, wall, ideal_s, ratio, cpu, failed in rows:
+        print(f"{name} | {n} | {turns} | {latency:g} | {wall:.2f} | {ideal_s:.2f} | {ratio:.2f} | "
+              f"{1000 * cpu / (n * turns):.3f} | {failed}")
     return 1 if any(row[-1] for row in rows) else 0
 
 
