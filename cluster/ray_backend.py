@@ -1,10 +1,11 @@
-"""The Ray backend: one async worker actor per node, a slot count per node, and the faults a farm meets.
+"""The Ray backend: async worker actors on every node, a slot count per node, and the faults a farm meets.
 
 Scheduling is ours, not ``ray.util.ActorPool``'s (one call per actor at a time, stuck behind one bad
 actor): each node has ``capacity`` slots derived from what a rollout takes (cpus, memory) against what
-the node has, and ``execute`` waits for a free slot on the least loaded node, then awaits the actor
-call (never ``ray.get`` in async code). So no node runs more containers than it can hold and every
-node is used.
+the node has, split among the node's workers (``Resources.workers``: more than one only past a thousand
+slots), and ``execute`` waits for a free slot on the least loaded worker, then hands the rollout to that
+worker's ``Channel`` (batched submission, results by long-poll; never ``ray.get`` in async code). So no
+node runs more containers than it can hold and every node is used.
 
 Faults: a worker actor or node that dies fails its in-flight attempts as ``worker_died`` (the driver
 runs them again), a replacement worker starts on the node if the node is still there, and containers

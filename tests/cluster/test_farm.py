@@ -171,3 +171,24 @@ def test_a_token_budget_stops_new_rollouts_and_says_which_never_started(ray_clus
         assert 1 <= len(batch.results) <= 2 and len(batch.results) + len(batch.not_started) == 6
         assert f"{len(batch.not_started)} not started (token budget)" in batch.describe()
         assert farm.tokens_used == batch.tokens > 1
+
+
+def test_a_node_split_among_workers_uses_every_worker(ray_cluster):
+    """``workers_per_node: 2``: two worker processes share the node's slots, and rollouts run on both."""
+    runtime = {"type": "null", "echo": True, "delay": 0.2}
+    with RolloutFarm.from_config(config(runtime, run_id="two-workers", workers_per_node=2)) as farm:
+        workers = farm.workers()
+        batch = farm.generate(tasks(), n=2)
+    assert len({w["pid"] for w in workers}) == 2
+    assert batch.failed == 0 and len(batch.results) == 2 * N_TASKS
+    assert len({r.worker for r in batch.results}) == 2, "both workers ran rollouts"
+
+
+def test_slots_split_among_workers_by_default_only_past_a_thousand():
+    from cluster.slots import Resources
+
+    assert Resources().workers({"CPU": 2}, 256) == [256]
+    assert Resources().workers({"CPU": 2}, 10_000) == [5000, 5000]
+    assert Resources().workers({"CPU": 8}, 2_500) == [1250, 1250]
+    assert Resources(workers_per_node=3).workers({"CPU": 1}, 10) == [4, 3, 3]
+    assert Resources(workers_per_node=4).workers({"CPU": 4}, 2) == [1, 1], "never a worker without a slot"

@@ -237,10 +237,32 @@ def run_farm(url: str, server_pid: int, runtime: dict, run_id: str, rollouts: in
             else:
                 batch = farm.generate(tasks(rollouts))
         info["profile"] = profile.lines() if profile is not None else []
-        info["timings"] = timing_notes(batch.results, latency, received) + [served(url)]
+        info["timings"] = timing_notes(batch.results, latency, received) + [served(url)] + ray_call_floor(farm)
         return probe.usage, failures(batch.results), info
     finally:
         farm.close()
+
+
+def ray_call_floor(farm: Any) -> list[str]:
+    """What one Ray actor call costs the driver and an idle worker, round trip: ``info()`` (answers at once)
+    and ``collect(0.01)`` (the result long-poll, here with nothing to collect: it returns after 10 ms)."""
+    backend = getattr(farm, "_backend", None)
+    actors = backend.workers() if backend is not None and hasattr(backend, "workers") else []
+    if not actors:
+        return []
+
+    async def rounds(call: Any, n: int = 30) -> float:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await call()
+            times.append(1000 * (time.perf_counter() - t0))
+        return pct(times, 0.5)
+
+    actor = actors[0]
+    ping = farm._run(rounds(lambda: actor.info.remote()))
+    poll = farm._run(rounds(lambda: actor.collect.remote(0.01)))
+    return [f"Ray call floor (idle worker) p50: info() {ping:.1f} ms, collect(10 ms) {poll:.1f} ms"]
 
 
 # ---- (a) overhead per step --------------------------------------------------------------------------------
