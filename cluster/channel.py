@@ -26,7 +26,7 @@ class WorkerGone(Exception):
     """The worker actor holding this rollout died or could not be reached; ``cause`` is Ray's error."""
 
     def __init__(self, cause: BaseException):
-        super().__init__(f"{type(cause).__name__}: {_first_line(cause)}")
+        super().__init__(f"{type(cause).__name__}: {first_line(cause)}")
         self.cause = cause
 
 
@@ -133,6 +133,6 @@ def _quietly(ref: Any) -> None:
     asyncio.wrap_future(ref.future()).add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else ""

@@ -25,7 +25,8 @@ import ray
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.channel import Channel, WorkerGone
+from cluster.channel import Channel, WorkerGone, first_line
+from cluster.reaping import reap_dead_owners, remove_rollout_containers
 from cluster.slots import Node, Resources
 from cluster.wire import decode_result
 from cluster.worker import RolloutWorker
@@ -103,7 +104,7 @@ class RayBackend:
         await asyncio.gather(*(n.channel.close() for n in nodes if n.channel is not None))
         await asyncio.gather(*(stop(n) for n in nodes))
         await self.metrics.aclose()
-        await asyncio.to_thread(self._reap_dead_owners)
+        await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
 
     def describe(self) -> str:
         per_node: dict[str, list[int]] = {}
@@ -136,14 +137,17 @@ class RayBackend:
         future = channel.send(seq, task, meta)
         try:
             payload = await asyncio.wait_for(asyncio.shield(future), self.deadline)
-            result = decode_result(payload) if payload is not None else failure_result(task, meta, WorkerDied(
-                f"the worker on node {node.node_id[:8]} cancelled attempt {meta.attempt} of {meta.rollout_id}"))
+            try:
+                result = decode_result(payload) if payload is not None else failure_result(task, meta, WorkerDied(
+                    f"the worker on node {node.node_id[:8]} cancelled attempt {meta.attempt} of {meta.rollout_id}"))
+            except Exception as exc:  # noqa: BLE001 - a result that does not load fails its attempt, not the run
+                result = failure_result(task, meta, exc)
         except asyncio.TimeoutError:
             self.deadlines_hit += 1
             channel.cancel(seq)
             # Let the worker unwind (its runtime closes what it started), then remove what is left by label.
             await asyncio.wait([future], timeout=CANCEL_GRACE)
-            await asyncio.to_thread(self._remove_rollout_containers, meta.rollout_id)
+            await asyncio.to_thread(remove_rollout_containers, self.run_id, self.engines, meta.rollout_id)
             result = failure_result(task, meta, DeadlineExceeded(
                 f"attempt {meta.attempt} of {meta.rollout_id} passed the {self.deadline:g}s deadline on node "
                 f"{node.node_id[:8]}; cancelled and its containers removed"))
@@ -153,7 +157,8 @@ class RayBackend:
             result = failure_result(task, meta, WorkerDied(f"{where} {cause}"))
         except asyncio.CancelledError:  # the caller gave up (a batch deadline): stop the attempt for real
             channel.cancel(seq)
-            await asyncio.shield(asyncio.to_thread(self._remove_rollout_containers, meta.rollout_id))
+            await asyncio.shield(asyncio.to_thread(remove_rollout_containers, self.run_id, self.engines,
+                                                   meta.rollout_id))
             raise
         finally:
             future.add_done_callback(_retrieve)  # an abandoned attempt's error is expected, never "unretrieved"
@@ -207,7 +212,7 @@ class RayBackend:
             try:
                 if self._reap_pending:  # a dead worker's process may have lingered (a zombie) at the first look
                     self._reap_pending = False
-                    await asyncio.to_thread(self._reap_dead_owners)
+                    await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
                 await self._refresh_nodes()
             except Exception as exc:  # noqa: BLE001 - a GCS hiccup must not end the run
                 print(f"[farm] node refresh failed: {exc}", file=self.out, flush=True)
@@ -251,7 +256,7 @@ class RayBackend:
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
                 ray.kill(actor, no_restart=True)
                 print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
-                      f"{type(exc).__name__}: {_first_line(exc)}", file=self.out, flush=True)
+                      f"{type(exc).__name__}: {first_line(exc)}", file=self.out, flush=True)
             else:
                 if node.generation == generation:
                     node.actor, node.worker = actor, info["worker"]
@@ -276,34 +281,9 @@ class RayBackend:
         ray.kill(node.actor, no_restart=True)
         node.actor, node.worker, node.channel = None, None, None
         self._reap_pending = True
-        asyncio.get_running_loop().run_in_executor(None, self._reap_dead_owners)
+        asyncio.get_running_loop().run_in_executor(None, reap_dead_owners, self.run_id, self.engines, self.out)
         # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that
         # died with its worker is reported dead by Ray within its health-check period, and gets none).
-
-    # ---- containers ----------------------------------------------------------------------------
-
-    def _reap_dead_owners(self) -> None:
-        """Remove this run's containers whose creating process is gone (a dead worker's)."""
-        from envs.containers import remove_labelled
-
-        for engine in self.engines:
-            try:
-                removed = remove_labelled(self.run_id, engine=engine)
-            except Exception as exc:  # noqa: BLE001 - the containers' TTL is the last line of defence
-                print(f"[farm] could not reap {engine} containers: {exc}", file=self.out, flush=True)
-                continue
-            if removed:
-                print(f"[farm] removed {len(removed)} {engine} container(s) of dead workers", file=self.out,
-                      flush=True)
-
-    def _remove_rollout_containers(self, rollout_id: str) -> None:
-        from envs.containers import remove_labelled
-
-        for engine in self.engines:
-            try:
-                remove_labelled(self.run_id, engine=engine, rollout_id=rollout_id, include_live=True)
-            except Exception:  # noqa: BLE001 - the TTL catches what this misses
-                pass
 
 
 def _as_future(ref: Any) -> asyncio.Future:
@@ -313,8 +293,3 @@ def _as_future(ref: Any) -> asyncio.Future:
 def _retrieve(future: asyncio.Future) -> None:
     if not future.cancelled():
         future.exception()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""

@@ -230,15 +230,9 @@ class RolloutWorker:
 
     def reap_dead_owners(self, run_id: str, engines: tuple[str, ...]) -> int:
         """Remove containers of ``run_id`` on this host whose creating process is gone (a dead worker's)."""
-        from envs.containers import remove_labelled
+        from cluster.reaping import reap_dead_owners
 
-        removed = 0
-        for engine in engines:
-            try:
-                removed += len(remove_labelled(run_id, engine=engine))
-            except Exception:  # noqa: BLE001 - the containers' TTL is the last line of defence
-                pass
-        return removed
+        return reap_dead_owners(run_id, engines, out=None)
 
     async def shutdown(self) -> None:
         """Close the model's connections, the warm pools, and every container this process still tracks."""
