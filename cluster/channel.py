@@ -59,7 +59,7 @@ class Channel:
     def cancel(self, seq: int) -> None:
         """Stop one rollout on the worker; its future resolves to None once it has unwound."""
         if self.gone is None:
-            _quietly(self.actor.cancel.remote([seq]))
+            as_future(self.actor.cancel.remote([seq])).add_done_callback(retrieve)  # a gone worker's error is moot
 
     async def close(self) -> None:
         if self._flush is not None:
@@ -83,7 +83,7 @@ class Channel:
             for seq, _, _ in batch:
                 _fail(self.pending.pop(seq, None), exc)
             return
-        future = asyncio.wrap_future(ref.future())
+        future = as_future(ref)
         future.add_done_callback(lambda f: self._submitted(f, batch))
 
     def _submitted(self, future: asyncio.Future, batch: list[tuple[int, Task, RequestMeta]]) -> None:
@@ -99,7 +99,7 @@ class Channel:
     async def _collect(self) -> None:
         while self.gone is None:
             try:
-                items = await asyncio.wrap_future(self.actor.collect.remote(self.collect_wait).future())
+                items = await as_future(self.actor.collect.remote(self.collect_wait))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - an actor that cannot answer is as good as gone
@@ -128,9 +128,15 @@ def _fail(future: asyncio.Future | None, exc: BaseException) -> None:
         future.set_exception(WorkerGone(exc))
 
 
-def _quietly(ref: Any) -> None:
-    """Fire and forget: an error of the call (a worker already gone) is never reported as unretrieved."""
-    asyncio.wrap_future(ref.future()).add_done_callback(lambda f: f.cancelled() or f.exception())
+def as_future(ref: Any) -> asyncio.Future:
+    """An actor call's result as an asyncio future of the running loop (never ``ray.get`` in async code)."""
+    return asyncio.wrap_future(ref.future())
+
+
+def retrieve(future: asyncio.Future) -> None:
+    """A done-callback that marks a future's error as seen: an abandoned call's error is expected."""
+    if not future.cancelled():
+        future.exception()
 
 
 def first_line(exc: BaseException) -> str:

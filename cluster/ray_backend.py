@@ -25,7 +25,7 @@ import ray
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.channel import Channel, WorkerGone, first_line
+from cluster.channel import Channel, WorkerGone, as_future, first_line, retrieve
 from cluster.reaping import reap_dead_owners, remove_rollout_containers
 from cluster.slots import Node, Resources
 from cluster.wire import decode_result
@@ -161,7 +161,7 @@ class RayBackend:
                                                    meta.rollout_id))
             raise
         finally:
-            future.add_done_callback(_retrieve)  # an abandoned attempt's error is expected, never "unretrieved"
+            future.add_done_callback(retrieve)  # an abandoned attempt's error is expected, never "unretrieved"
             await self._release(node)
         if result.node_id is None:
             result.node_id, result.worker = node.node_id, node.worker
@@ -252,7 +252,7 @@ class RayBackend:
                 runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0"}},
             ).remote(self.source_ref, node_id=node.node_id, run_dir=self.run_dir, metrics_run=self.run_id)
             try:
-                info = await asyncio.wait_for(_as_future(actor.info.remote()), WORKER_START_TIMEOUT)
+                info = await asyncio.wait_for(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
                 ray.kill(actor, no_restart=True)
                 print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
@@ -284,12 +284,3 @@ class RayBackend:
         asyncio.get_running_loop().run_in_executor(None, reap_dead_owners, self.run_id, self.engines, self.out)
         # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that
         # died with its worker is reported dead by Ray within its health-check period, and gets none).
-
-
-def _as_future(ref: Any) -> asyncio.Future:
-    return asyncio.wrap_future(ref.future())
-
-
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
