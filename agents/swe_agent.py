@@ -95,6 +95,8 @@ class MiniSweAgent:
             "agent.observation_template",
             returncode=info.get("returncode", 0 if obs.success else 1),
             timed_out=info.get("timed_out", False),
+            truncated=info.get("truncated", False),
+            output_limit=f"{info['output_limit']:,} bytes" if info.get("output_limit") else "the output limit",
             timeout=info.get("timeout", self.config.command_timeout),
             **swe_prompts.elide(obs.content, self.config.max_observation_chars),
         )

@@ -39,6 +39,9 @@ Submitting ends the episode; you cannot continue after it."""
 
 OBSERVATION_TEMPLATE = """<returncode>{{ returncode }}</returncode>
 {% if timed_out %}<warning>The command timed out after {{ timeout }} seconds and was killed.</warning>
+{% endif %}{% if truncated %}<warning>The output was truncated at {{ output_limit }} and the command was \
+stopped (killed) there; only its start and end are kept below. Send long output to a file and read parts of it \
+with head, tail or grep.</warning>
 {% endif %}{% if elided %}<output_head>
 {{ head }}
 </output_head>

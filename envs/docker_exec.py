@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -67,7 +68,8 @@ class ExecJob:
         self._lock = threading.Lock()
 
     def run(self) -> tuple[int, str]:
-        """(exit code, how reading ended: "eof" | "full" | "deadline" | "aborted"). Engine errors propagate."""
+        """(exit code, how reading ended: "eof" | "full" | "deadline" | "aborted"). Engine errors propagate.
+        A command still running when its output passed the cap is killed and gets ``-SIGKILL``."""
         deadline = time.monotonic() + self.deadline_after
         exec_id = self.api.exec_create(self.container, self.argv, environment=self.env)["Id"]
         raw = _raw_socket(self.api.exec_start(exec_id, socket=True))
@@ -81,6 +83,11 @@ class ExecJob:
         finally:
             _close(raw)
         code = int(trailer) if ended == "eof" and trailer.isdigit() else None
+        if ended == "full" and self._still_running(exec_id):
+            # Stopped at the output cap: what the engine reports after our kill (126, 137, even 0 for a pipe
+            # whose last stage survived) says nothing about the command. Report the kill, as a host process would.
+            self.kill()
+            return -signal.SIGKILL, ended
         if ended != "eof" or code in (124, 137):
             # Stopped early, or timed out: also catch what escaped the process group (setsid, daemons).
             self.kill()
@@ -138,6 +145,10 @@ class ExecJob:
                 elif self.output.feed(payload):
                     return "full"
                 del pending[:_HEADER + size]
+
+    def _still_running(self, exec_id: str) -> bool:
+        info = self.api.exec_inspect(exec_id)
+        return bool(info.get("Running")) or info.get("ExitCode") is None
 
     def _exit_code(self, exec_id: str) -> int:
         """The exit code as the engine saw it; -9 when it never reports one (the process was killed)."""

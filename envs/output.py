@@ -1,4 +1,4 @@
-"""Command output helpers shared by runtimes: a byte buffer with a hard cap, and forgiving decoding."""
+"""Command output helpers shared by runtimes: a byte buffer with a hard cap, forgiving decoding, elision."""
 
 from __future__ import annotations
 
@@ -35,3 +35,14 @@ class CappedOutput:
 def decode(data: bytes | bytearray) -> str:
     """UTF-8 with undecodable bytes (binary output, a multi-byte character cut at the cap) replaced."""
     return data.decode("utf-8", errors="replace")
+
+
+def elide(text: str, keep: int) -> tuple[str, int]:
+    """``text`` cut to its first and last ``keep // 2`` characters around a line saying how many were left
+    out, and that number (0: ``text`` was short enough and is returned whole)."""
+    if len(text) <= keep:
+        return text, 0
+    half = keep // 2
+    gone = len(text) - 2 * half
+    tail = text[len(text) - half:] if half else ""
+    return f"{text[:half]}\n... {gone:,} characters elided ...\n{tail}", gone

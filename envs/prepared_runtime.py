@@ -22,7 +22,8 @@ _NO_COMMIT = 3  # the prepare script's exit code when base_commit is not in the 
 class PreparedRepoRuntime:
     """Wraps ``inner``: ``start()`` starts it, then clones ``repo_path`` (a git repository or bundle on this
     host) into ``repo_dir`` (relative to the runtime's workdir, or absolute) and checks out ``base_commit``
-    on the source's branch name. Branches and tags that ``base_commit`` cannot reach are dropped and their
+    on the source's branch name; the clone copies every object file (no hard links), so nothing done in the
+    workspace reaches the source. Branches and tags that ``base_commit`` cannot reach are dropped and their
     objects pruned, so ``git log --all`` shows no fix from the future; ``origin`` is removed.
 
     Every other Runtime method, ``workdir`` and any other attribute (``config``, ``workspace``...) are the
@@ -99,7 +100,9 @@ def _prepare_script(source: str, dest: str, commit: str, scratch: str | None) ->
     name, email = GIT_USER
     lines = [
         "set -e",
-        f"git -c safe.directory='*' clone -q --no-checkout {q(source)} {q(dest)}",
+        # --no-hardlinks: a local clone would share the source's object files (inodes); the agent can chmod
+        # and overwrite them, corrupting the dataset's repository for every later rollout.
+        f"git -c safe.directory='*' clone -q --no-hardlinks --no-checkout {q(source)} {q(dest)}",
         f"cd {q(dest)}",
         f'full=$(git rev-parse -q --verify {q(commit + "^{commit}")}) || exit {_NO_COMMIT}',
         'branch=$(git symbolic-ref -q --short HEAD || echo main)',

@@ -33,7 +33,9 @@ async def run_capped(
     """Run ``argv`` (stdin closed, stderr into stdout) in a new process group, and kill the whole group
     when it exits (background jobs it left), at ``timeout`` seconds, or once the output passes
     ``max_output_bytes``. ``running`` (the caller's) holds the group id while the command is in flight,
-    so the caller can ``kill_group`` it from elsewhere. A cancelled call kills the group too.
+    so the caller can ``kill_group`` it from elsewhere. A cancelled call kills the group too. A command still
+    running when its output passed the cap is killed: ``truncated`` and return code ``-SIGKILL``, as the
+    docker runtime reports it.
 
     Never raises for what the command did; ``RuntimeFailure`` only when it cannot be started at all.
     """

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
+from envs.output import elide
 from rollout.config import StrictModel, validate
 from rollout.errors import EnvironmentFailure
 from rollout.protocols import EnvReset, ExecResult, Runtime
@@ -31,6 +32,9 @@ class ShellEnvironmentConfig(StrictModel):
     """Timeout of each setup command; none: ``command_timeout``."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment variables for every command (e.g. ``PAGER: cat``)."""
+    truncated_keep_chars: int = Field(8000, ge=0)
+    """Characters kept (first half, last half) of an output the runtime cut at its cap. The observation, and
+    so the trajectory, holds that elided form and a note that the command was stopped, never the whole cap."""
 
 
 class ShellEnvironment:
@@ -95,8 +99,14 @@ class ShellEnvironment:
                 info={"error": "invalid_arguments"},
             )
         result = await self._exec(command, self.config.command_timeout)
+        content, elided, limit = result.output, 0, self._output_limit()
+        if result.truncated:
+            content, elided = elide(content, self.config.truncated_keep_chars)
+            cut_at = f"{limit:,} bytes" if limit else "the runtime's output limit"
+            content += ("\n" if content and not content.endswith("\n") else "")
+            content += f"[output truncated at {cut_at}; the command was stopped]\n"
         return Observation(
-            content=result.output,
+            content=content,
             success=result.returncode == 0 and not result.timed_out,
             call_id=action.call_id,
             action_name="bash",
@@ -104,11 +114,18 @@ class ShellEnvironment:
                 "returncode": result.returncode,
                 "timed_out": result.timed_out,
                 "truncated": result.truncated,
+                "output_limit": limit,
+                "elided_chars": elided,
                 "duration": result.duration,
                 "timeout": self.config.command_timeout,
                 "command": command,
             },
         )
+
+    def _output_limit(self) -> int | None:
+        """The runtime's output cap in bytes, when its config says (every runtime here has one)."""
+        limit = getattr(getattr(self.runtime, "config", None), "max_output_bytes", None)
+        return limit if isinstance(limit, int) else None
 
     async def _exec(self, command: str, timeout: float) -> ExecResult:
         return await self.runtime.exec(command, timeout=timeout, cwd=self.config.cwd, env=self.config.env or None)

@@ -124,7 +124,7 @@ def _build_one(src: Path, out: Path) -> dict[str, Any]:
 
 def _statuses(bundle: Path, test_patch: str, gold: str, test_cmd: str, where: Path, src: Path) -> dict[str, str]:
     """Clone the bundle, apply the patches (each checked first), run the tests, parse their log."""
-    _git(None, "clone", "-q", str(bundle), str(where))
+    _git(None, "clone", "-q", "--no-hardlinks", str(bundle), str(where))  # never share objects with the source
     for label, text in (("test.patch", test_patch), ("gold.patch", gold)):
         if text:
             patch = where.parent / f"{where.name}-{label}"

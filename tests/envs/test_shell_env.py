@@ -74,7 +74,19 @@ def test_failing_timed_out_and_truncated_commands_are_unsuccessful_observations(
     failed, slow, loud = rounds[0]
     assert (failed.success, failed.info["returncode"], failed.content) == (False, 4, "nope\n")
     assert slow.success is False and slow.info["timed_out"] is True
-    assert loud.info["truncated"] is True and len(loud.content) == 1000
+    assert loud.success is False and loud.info["truncated"] is True and loud.info["returncode"] == -9
+    assert loud.content == "y\n" * 500 + "[output truncated at 1,000 bytes; the command was stopped]\n"
+
+
+def test_a_truncated_output_is_stored_as_head_and_tail_with_the_count_left_out(tmp_path):
+    env = ShellEnvironment(make_runtime("local", tmp_path, max_output_bytes=1000), {"truncated_keep_chars": 100})
+    _, rounds = run(env, [bash("seq 1000 9999"), bash("seq 3")])
+    [(loud, quiet)] = rounds
+    head, tail = "".join(f"{i}\n" for i in range(1000, 1010)), "".join(f"{i}\n" for i in range(1190, 1200))
+    assert loud.content == head + "\n... 900 characters elided ...\n" + tail + (
+        "[output truncated at 1,000 bytes; the command was stopped]\n")
+    assert loud.info["elided_chars"] == 900 and loud.info["output_limit"] == 1000
+    assert quiet.content == "1\n2\n3\n" and quiet.info["elided_chars"] == 0, "only a truncated output is elided"
 
 
 def test_setup_commands_cwd_and_env_apply_to_every_command(tmp_path):
