@@ -11,7 +11,8 @@ from cluster.run_config import RunConfig
 from rollout.errors import ConfigError
 
 DEADLINE_MARGIN = 300.0
-"""Seconds added to the agent's time limit and the grading timeout for the default host-side deadline."""
+"""Seconds added to the agent's and the model's time limits and the grading timeout for the default host-side
+deadline (the environment's reset, e.g. a container start, counts against neither limit)."""
 
 
 def in_ray_job() -> bool:
@@ -20,14 +21,16 @@ def in_ray_job() -> bool:
 
 
 def default_deadline(composer: Composer) -> float | None:
-    """The agent's ``time_limit`` + the verifier's ``eval_timeout`` + a margin (max over profiles); None
-    when an agent has no time limit (nothing bounds the attempt, so no deadline is guessed)."""
+    """The agent's ``time_limit`` + its model budget (``model_time_limit``, by default the same) + the verifier's
+    ``eval_timeout`` + a margin (max over profiles); None when an agent has no time limit (nothing bounds the
+    attempt, so no deadline is guessed)."""
     worst = 0.0
     for profile in composer.profiles.values():
-        if profile.limits.time_limit is None:
+        limits = profile.limits
+        if limits.time_limit is None or limits.model_budget is None:
             return None
         grading = getattr(profile.verifier.config, "eval_timeout", 0.0) if profile.verifier is not None else 0.0
-        worst = max(worst, profile.limits.time_limit + (grading or 0.0))
+        worst = max(worst, limits.time_limit + limits.model_budget + (grading or 0.0))
     return worst + DEADLINE_MARGIN
 
 

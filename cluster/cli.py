@@ -1,9 +1,10 @@
 """The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
 ``rollout images base|build``, ``rollout eval``, ``rollout gc`` and ``rollout fake-server``.
 
-Exit codes: 0 done; 2 bad config, dataset or a changed run (one line naming the field, before
-any work); 130 interrupted (re-run the same command to resume). ``rollout status`` exits 0 whatever the
-run's state, 2 when no such run exists.
+Exit codes of ``rollout run``: 0 every rollout has a task outcome; 2 bad config, dataset or a changed run, or a
+check that fails before any work (one line naming the field; nothing written); 3 some rollouts ended
+``infra_failed`` for good (the summary gives the first message of each error type); 130 interrupted (re-run the
+same command to resume). ``rollout status`` exits 0 whatever the run's state, 2 when no such run exists.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import asyncio
 import sys
 
 from rollout.errors import ConfigError
+
+EXIT_INFRA_FAILED = 3
+"""``rollout run``'s exit code when some rollouts ended ``infra_failed`` after all their attempts."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,11 +83,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     job = jobs.prepare(paths, overrides, new_run=args.new_run, retry_infra=args.retry_infra)
     tune_gc()
     try:
-        asyncio.run(jobs.execute(job))
+        summary = asyncio.run(jobs.execute(job))
     except KeyboardInterrupt:
         print(f"interrupted; finished rollouts are in {job.run_dir}; run the same command to resume",
               file=sys.stderr)
         return 130
+    failed = summary["rollouts"]["infra_failed"]
+    if failed:
+        # `ray job submit` and CI see a run that did not do its work as failed, not as success
+        print(f"{failed} rollout(s) failed on infrastructure for good (see the summary; --retry-infra runs them "
+              "again)", file=sys.stderr)
+        return EXIT_INFRA_FAILED
     return 0
 
 

@@ -3,7 +3,8 @@ appends every finished attempt to the run store, and reports progress.
 
 Where a rollout executes is the backend's business (``Backend.execute``); the local backend runs
 it in this process. Task outcomes are final; infrastructure failures run again until the
-(task, sample)'s attempt limit, each attempt on its own results line.
+(task, sample)'s attempt limit, each attempt on its own results line; a failure whose error says
+``retryable: false`` is final at once.
 
 While it runs, the driver keeps ``<run_dir>/live.json`` (``cluster.live``) up to date with the rollouts in
 flight, and shows its progress: one line redrawn in place on a terminal, plain periodic lines elsewhere.
@@ -22,7 +23,7 @@ from typing import Any, Awaitable, Callable, Protocol, TextIO
 from cluster import live
 from rollout import events
 from rollout.records import RequestMeta, RolloutResult, Task
-from rollout.resume import Plan, attempt_record
+from rollout.resume import Plan, attempt_record, can_retry
 from rollout.run_store import RunStore, partial_trajectory_writer
 from rollout.summary import Progress, ProgressDisplay
 
@@ -179,7 +180,7 @@ class Driver:
             history.append(attempt_record(result))
             result.attempts = list(history)
             self.store.append(result, trajectory=self.write_trajectories)
-            if result.status == "completed" or attempt >= limit:
+            if not can_retry(result) or attempt >= limit:
                 return result
             attempt += 1
 

@@ -1,7 +1,7 @@
 """A run job: config → validated parts → run directory → resumable execution → summary.
 
-``prepare`` does every check that can fail (config, dataset, components, stored run) before any
-rollout starts; ``execute`` runs what the plan says is left.
+``prepare`` does every check that can fail (config, dataset, components, runtime permissions, model
+reachability, stored run) before any rollout starts; ``execute`` runs what the plan says is left.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TextIO
 
+from cluster import preflight
 from cluster.compose import Composer
 from cluster.driver import Driver
 from cluster.local_backend import LocalBackend
@@ -88,6 +89,7 @@ def prepare(
     tasks = load_tasks(dataset_path, composer.row_check())
     tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
     composer.bind_tasks(tasks)
+    preflight.check(config, composer, tasks)  # before the run directory: a run that cannot work writes nothing
     run_dir = resolve_run_dir(config, run_id)
     resolved = config.model_dump(mode="json")
     resolved["dataset"]["path"] = str(dataset_path)

@@ -80,8 +80,8 @@ class FarmConfig(StrictModel):
     at most one per CPU (one loop runs about a thousand steps a second)."""
     deadline: float | None = Field(default=None, gt=0)
     """Host-side seconds per attempt (container start, agent, grading); the attempt is cancelled and its
-    containers removed when it passes. Default: the agent's ``time_limit`` plus the verifier's ``eval_timeout``
-    plus 300 s, or none when the agent has no time limit."""
+    containers removed when it passes. Default: the agent's ``time_limit`` plus its ``model_time_limit`` plus the
+    verifier's ``eval_timeout`` plus 300 s, or none when the agent has no time limit."""
     dashboard: bool = False
     """Start the Ray dashboard with the embedded cluster."""
 

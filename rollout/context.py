@@ -3,14 +3,20 @@ trajectory), and the model-call and observation bookkeeping every agent loop sha
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Iterable
 
 from rollout import events
+from rollout.errors import ModelError
 from rollout.events import Emitter, Observer
 from rollout.protocols import Model
 from rollout.records import Message, Observation, RequestMeta, Step, Trajectory
 from rollout.termination import Limits, Termination
+
+
+_timeout = getattr(asyncio, "timeout", None)
+"""``asyncio.timeout`` (Python 3.11+)."""
 
 
 class RolloutContext:
@@ -44,6 +50,7 @@ class RolloutContext:
         """``env.reset(task)``, timed (container start, repo checkout) and reported as ``env_ready``."""
         t0 = time.perf_counter()
         reset = await env.reset(task)
+        self.termination.start_clock()  # image builds and container starts are not the agent's time
         self.emitter.emit(events.ENV_READY, seconds=time.perf_counter() - t0)
         return reset
 
@@ -56,7 +63,7 @@ class RolloutContext:
         self.termination.before_model_call()
         started = time.time()
         t0 = time.perf_counter()
-        response = await model.complete(self.trajectory.messages, tools, meta=self.meta, **self.sampling)
+        response = await self._complete(model, tools)
         message = clean_text(dict(response.message))
         message.setdefault("role", "assistant")
         message.setdefault("content", None)
@@ -84,6 +91,29 @@ class RolloutContext:
         )
         self.termination.after_model_call(response)
         return step
+
+    async def _complete(self, model: Model, tools: list[dict[str, Any]] | None) -> Any:
+        """``model.complete`` on the model's clock, cut when the rollout's model budget is spent: a model that
+        does not answer in time (an outage, retries, an overloaded server) is infrastructure, not the policy."""
+        term = self.termination
+        budget = term.model_time_left()
+        call = model.complete(self.trajectory.messages, tools, meta=self.meta, **self.sampling)
+        term.model_call_started()
+        try:
+            if budget is None:
+                return await call
+            if _timeout is None:  # Python 3.10
+                return await asyncio.wait_for(call, budget)
+            async with _timeout(budget):  # a timer, not a task per call as wait_for makes
+                return await call
+        except (asyncio.TimeoutError, TimeoutError) as exc:
+            spent = term.model_seconds()
+            raise ModelError(
+                f"no model reply within the rollout's model_time_limit={self.limits.model_budget:g}s "
+                f"({spent:.1f}s spent in model calls, retries included)"
+            ) from exc
+        finally:
+            term.model_call_ended()
 
     async def execute(self, env: Any, step: Step, actions: list[Any]) -> list[Observation]:
         """``env.step(actions)``, announced (``action_started``: a live view shows a command that hangs) and

@@ -133,7 +133,8 @@ class ContextLengthExceeded(TokenLimitExceeded):
 
 
 class InfrastructureError(RolloutError):
-    """Not the model's doing. ``retryable`` says whether another attempt could succeed."""
+    """Not the model's doing. ``retryable`` says whether another attempt could succeed: the driver stops at the
+    first failure that says it cannot (a task without the data its verifier needs runs once, not N times)."""
 
     exit_reason = ExitReason.INTERNAL_ERROR
 
@@ -200,6 +201,14 @@ class ConfigError(RolloutError):
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}" if self.field else self.message
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether another attempt could end differently. An infrastructure error says so itself (``retryable``);
+    a config problem that only shows at run time never can; anything else (an untyped bug, a lost worker) may."""
+    if isinstance(exc, ConfigError):
+        return False
+    return bool(getattr(exc, "retryable", True))
 
 
 ALL_ERROR_TYPES: tuple[type[RolloutError], ...] = (

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollout.errors import ExitReason, RolloutError
+from rollout.errors import ExitReason, RolloutError, is_retryable
 
 Message = dict[str, Any]
 """One chat message: ``{"role": ..., "content": ..., "tool_calls"?: [...], "tool_call_id"?: ...}``."""
@@ -177,6 +177,8 @@ class ErrorInfo(Record):
     message: str
     traceback: str = ""
     infrastructure: bool = True
+    retryable: bool = True
+    """Whether another attempt could end differently; False: the driver does not try again (``--retry-infra`` does)."""
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> "ErrorInfo":
@@ -186,6 +188,7 @@ class ErrorInfo(Record):
             message=str(exc),
             traceback="".join(_traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
             infrastructure=isinstance(reason, ExitReason) and reason.is_infrastructure,
+            retryable=is_retryable(exc),
         )
 
 

@@ -2,8 +2,9 @@
 
 Each (task_id, sample_index) is a *key*; the last result line for a key is the one that
 counts. Attempt numbers persist across resumes: a key whose latest attempt failed on
-infrastructure runs again as ``previous + 1`` until ``max_attempts``, and after that only
-with ``retry_infra`` (which grants it a fresh budget of ``max_attempts``).
+infrastructure runs again as ``previous + 1`` until ``max_attempts`` (unless its error said
+``retryable: false``), and after that only with ``retry_infra`` (which grants it a fresh budget
+of ``max_attempts``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def attempt_record(result: RolloutResult) -> AttemptRecord:
         seconds=result.timings.get("total", result.timings.get("wall", 0.0)),
         node_id=result.node_id,
     )
+
+
+def can_retry(result: RolloutResult) -> bool:
+    """An infrastructure failure another attempt could change (its error did not say ``retryable: false``)."""
+    return result.status != "completed" and (result.error is None or result.error.retryable)
 
 
 class Planned(NamedTuple):
@@ -93,7 +99,7 @@ def plan_resume(
                 plan.done_count += 1
             else:
                 tried = max(a.attempt for a in history[key])
-                if tried < max_attempts:
+                if tried < max_attempts and can_retry(last):
                     plan.todo.append(Planned(task, sample, tried + 1))
                 elif retry_infra:
                     plan.todo.append(Planned(task, sample, tried + 1))

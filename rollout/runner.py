@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Iterable
+from typing import Any, Coroutine, Iterable
 
 from rollout import events
 from rollout.context import RolloutContext
@@ -21,14 +21,15 @@ from rollout.errors import (
     TaskOutcome,
     TimeLimitExceeded,
     VerifierError,
+    is_retryable,
 )
 from rollout.events import Observer
 from rollout.protocols import Agent, Environment, Model, Verifier
 from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Task, Usage, exit_reason_of
-from rollout.termination import Limits
+from rollout.termination import Limits, Termination
 
 TIME_LIMIT_GRACE = 5.0
-"""Seconds past ``time_limit`` before the loop is cancelled mid-action (a hung command)."""
+"""Seconds of the agent's own time past ``time_limit`` before the loop is cancelled mid-action (a hung command)."""
 
 
 async def run_rollout(
@@ -87,15 +88,38 @@ async def _run_agent(agent: Agent, task: Task, model: Model, env: Environment, c
     try:
         if limit is None:
             await agent.run(task, model, env, ctx)
-        else:
-            await asyncio.wait_for(agent.run(task, model, env, ctx), limit + TIME_LIMIT_GRACE)
-    except (asyncio.TimeoutError, TimeoutError):
-        return TimeLimitExceeded(f"time_limit={limit}s passed while an action was running")
+        elif not await _within_time(agent.run(task, model, env, ctx), ctx.termination, limit + TIME_LIMIT_GRACE):
+            return TimeLimitExceeded(f"time_limit={limit:g}s (the agent's own time) passed while an action ran")
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - every error becomes data
         return exc
     return AgentProtocolError(f"agent {type(agent).__name__} returned without an exit reason")
+
+
+async def _within_time(run: Coroutine[Any, Any, None], termination: Termination, allowed: float) -> bool:
+    """Run the agent; False (it cancelled) as soon as the agent's own clock passes ``allowed`` (an action that
+    hangs); its errors propagate.
+
+    The loop checks the limit before each model call; this only catches what never comes back to it. The
+    agent's clock stands still during the environment's reset and the model's calls (the model has its own
+    budget), so the wait is re-armed until the clock itself has run out.
+    """
+    work = asyncio.ensure_future(run)
+    try:
+        while not work.done():
+            left = allowed - termination.agent_seconds()
+            if left <= 0:
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+                return False
+            paused = termination.started is None or termination.in_model_call
+            await asyncio.wait({work}, timeout=max(left, 1.0) if paused else left)
+    except asyncio.CancelledError:
+        work.cancel()
+        raise
+    await work
+    return True
 
 
 async def _verify(verifier: Verifier | None, task: Task, result: RolloutResult, ctx: RolloutContext) -> None:
@@ -155,6 +179,7 @@ def _mark_infra(result: RolloutResult, exc: BaseException, original: BaseExcepti
     result.trajectory.exit_reason = reason
     info = ErrorInfo.from_exception(original or exc)
     info.infrastructure = True
+    info.retryable = is_retryable(exc) and is_retryable(original or exc)
     if original is not None and original is not exc:
         info.type = f"{type(exc).__name__}({type(original).__name__})"
     result.error = info

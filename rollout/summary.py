@@ -77,6 +77,7 @@ def summarize(
         "infra_failures": {
             "by_exit_reason": _count(r.exit_reason.value for r in failed),
             "by_error_type": _count(r.error.type if r.error else "unknown" for r in failed),
+            "first_message_by_error_type": _first_messages(failed),
         },
         "steps_mean": _mean([_num_steps(r) for r in completed]),
         "tokens": {
@@ -104,6 +105,8 @@ def format_table(summary: dict[str, Any]) -> str:
     rows.append(("exit reasons", _pairs(summary["exit_reasons"])))
     infra = summary["infra_failures"]
     rows.append(("infra failures", _pairs(infra["by_exit_reason"]) + _types(infra["by_error_type"])))
+    for kind, message in (infra.get("first_message_by_error_type") or {}).items():
+        rows.append(("", f"{kind}: {_one_line(message)}"))
     rows.append(("steps mean", _num(summary["steps_mean"], 1)))
     rows.append(("tokens", f"{summary['tokens']['total']}"))
     if summary.get("rollouts_per_second"):
@@ -220,6 +223,20 @@ def _isatty(stream: Any) -> bool:
 def _num_steps(r: RolloutResult) -> int:
     # A results.jsonl line (StoredResult) has no trajectory but remembers how many steps it had.
     return len(r.trajectory.steps) or getattr(r, "num_steps", 0)
+
+
+def _first_messages(failed: list[RolloutResult]) -> dict[str, str]:
+    """The first message of each error type (what a user needs to see why a run did nothing, not only counts)."""
+    first: dict[str, str] = {}
+    for r in failed:
+        kind = r.error.type if r.error else "unknown"
+        first.setdefault(kind, r.error.message if r.error else f"no error recorded ({r.exit_reason.value})")
+    return first
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _mean(values: list[float] | list[bool]) -> float | None:

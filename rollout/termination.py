@@ -35,11 +35,20 @@ class Limits(BaseModel):
     max_total_tokens: int | None = Field(default=None, ge=1)
     """Prompt + completion tokens of the last call (the context in use); None for no limit."""
     time_limit: float | None = Field(default=None, gt=0)
-    """Wall-clock seconds for the agent loop."""
+    """Seconds of the agent's own time: from the end of the environment's reset, without the model's calls
+    (a slow or failing model server is not the policy's doing). Passing it is the ``time_limit`` outcome."""
+    model_time_limit: float | None = Field(default=None, gt=0)
+    """Seconds the model's calls of one rollout may take together (generation, retries, backoff); passing it
+    is an infrastructure failure (``model_error``), never a task outcome. None: the same as ``time_limit``."""
     max_consecutive_format_errors: int = Field(default=3, ge=1)
     """Rounds in a row whose output could not be parsed (unknown tools, bad arguments count)."""
     on_all_tools_failed: Literal["continue", "stop"] = "continue"
     """What to do when every tool call of a round failed."""
+
+    @property
+    def model_budget(self) -> float | None:
+        """Seconds of model calls allowed per rollout (``model_time_limit``, else ``time_limit``)."""
+        return self.model_time_limit if self.model_time_limit is not None else self.time_limit
 
     @classmethod
     def of(cls, config: BaseModel) -> "Limits":
@@ -48,28 +57,68 @@ class Limits(BaseModel):
 
 
 class Termination:
-    """Tracks one rollout against its limits."""
+    """Tracks one rollout against its limits.
+
+    Two clocks: the agent's (from ``start_clock``, at the end of the environment's reset, paused during model
+    calls) against ``time_limit``, and the model's (the calls' total) against ``Limits.model_budget``.
+    """
 
     def __init__(self, limits: Limits, clock=time.monotonic):
         self.limits = limits
         self._clock = clock
-        self.started = clock()
+        self.started: float | None = None
         self.steps = 0
         self.consecutive_format_errors = 0
+        self._model_total = 0.0
+        self._model_since: float | None = None
+
+    def start_clock(self) -> None:
+        """The agent's time starts now (the environment is ready). Later calls change nothing."""
+        if self.started is None:
+            self.started = self._clock()
 
     @property
-    def deadline(self) -> float | None:
-        return None if self.limits.time_limit is None else self.started + self.limits.time_limit
+    def in_model_call(self) -> bool:
+        return self._model_since is not None
+
+    def agent_seconds(self) -> float:
+        """The agent's own time so far: wall time since ``start_clock`` less the model's calls."""
+        if self.started is None:
+            return 0.0
+        return self._clock() - self.started - self.model_seconds()
+
+    def model_seconds(self) -> float:
+        """Time spent in model calls so far, the one in flight included."""
+        current = self._clock() - self._model_since if self._model_since is not None else 0.0
+        return self._model_total + current
 
     def remaining_time(self) -> float | None:
-        return None if self.deadline is None else max(0.0, self.deadline - self._clock())
+        """The agent's time left before ``time_limit``; None without one."""
+        limit = self.limits.time_limit
+        return None if limit is None else max(0.0, limit - self.agent_seconds())
+
+    def model_time_left(self) -> float | None:
+        """Seconds of model calls left in the budget; None without one."""
+        budget = self.limits.model_budget
+        return None if budget is None else max(0.0, budget - self.model_seconds())
+
+    def model_call_started(self) -> None:
+        self.start_clock()  # an agent that never reset an environment: its time starts with its first call
+        self._model_since = self._clock()
+
+    def model_call_ended(self) -> None:
+        if self._model_since is not None:
+            self._model_total += self._clock() - self._model_since
+            self._model_since = None
 
     def before_model_call(self) -> None:
         """Called before each model call: step and time limits."""
         if self.limits.max_steps is not None and self.steps >= self.limits.max_steps:
             raise StepLimitExceeded(f"reached max_steps={self.limits.max_steps}")
-        if self.deadline is not None and self._clock() >= self.deadline:
-            raise TimeLimitExceeded(f"reached time_limit={self.limits.time_limit}s")
+        self.start_clock()
+        limit = self.limits.time_limit
+        if limit is not None and self.agent_seconds() >= limit:
+            raise TimeLimitExceeded(f"reached time_limit={limit:g}s of the agent's own time")
         self.steps += 1
 
     def after_model_call(self, response: ModelResponse) -> None:

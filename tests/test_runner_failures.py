@@ -133,3 +133,29 @@ def test_observer_sees_the_lifecycle_and_a_failing_observer_changes_nothing():
                      "model_call_done", "step_done", "rollout_finished"]
     assert seen[-1].data["exit_reason"] == "natural_completion"
     assert result.exit_reason == ExitReason.NATURAL_COMPLETION
+
+
+def test_a_non_retryable_failure_says_so_in_its_record_on_every_wire():
+    from cluster.wire import decode_result, encode_result
+    from rollout.errors import VerifierError
+    from rollout.run_store import StoredResult
+
+    class NoAnswer:
+        async def verify(self, task, result):
+            raise VerifierError("task t has no data.answer", retryable=False)
+
+    result = asyncio.run(run_rollout(TASK, ToolCallingAgent(), ScriptedModel(["fine"]), ToolEnvironment(demo_tools()),
+                                     verifier=NoAnswer()))
+    assert result.exit_reason == ExitReason.VERIFIER_ERROR and result.error.retryable is False
+    assert decode_result(encode_result(result)).error.retryable is False  # the Ray wire (JSON)
+    assert StoredResult.model_validate_json(result.model_dump_json()).error.retryable is False  # results.jsonl
+    retried = swe(FailingRuntime(start_error=ContainerStartError("image missing")))
+    assert retried.error.retryable is True
+
+
+def test_a_config_problem_found_at_run_time_is_not_retried():
+    from envs.local_runtime import LocalRuntime
+
+    result = swe(LocalRuntime({}))  # the model's commands on this host, not allowed: every attempt would fail
+    assert result.status == "infra_failed" and "runtime.allow_host_exec" in result.error.message
+    assert result.error.retryable is False

@@ -22,10 +22,10 @@ def done(task, sample, reward, reason=ExitReason.SUBMITTED, steps=2, attempt=1):
     )  # fmt: skip
 
 
-def infra(task, sample, reason=ExitReason.MODEL_ERROR, error="ModelError", attempt=1):
+def infra(task, sample, reason=ExitReason.MODEL_ERROR, error="ModelError", attempt=1, message="boom"):
     return RolloutResult(
         rollout_id=f"{task}#{sample}", task_id=task, sample_index=sample, attempt=attempt, status="infra_failed",
-        exit_reason=reason, error=ErrorInfo(type=error, message="boom"),
+        exit_reason=reason, error=ErrorInfo(type=error, message=message),
     )  # fmt: skip
 
 
@@ -65,6 +65,7 @@ def test_summary_numbers_by_hand():
     assert s["infra_failures"] == {
         "by_exit_reason": {"model_error": 2, "container_start_failed": 1},
         "by_error_type": {"ModelError": 2, "ContainerStartError": 1},
+        "first_message_by_error_type": {"ModelError": "boom", "ContainerStartError": "boom"},
     }
     assert s["steps_mean"] == (6 * 2 + 2 * 6) / 8
     assert s["tokens"]["total"] == 8 * 110 and s["tokens"]["completion"] == 80
@@ -177,3 +178,21 @@ def test_display_writes_plain_lines_elsewhere():
     forced = io.StringIO()
     ProgressDisplay(forced, tty=True, width=80).show("x")  # the caller may decide
     assert forced.getvalue() == "\rx\x1b[K"
+
+
+def test_summary_and_table_give_the_first_message_of_each_error_type():
+    results = [
+        infra("A", 0, error="ModelError", message="POST http://x/v1/chat/completions: HTTP 503: down\nmore"),
+        infra("A", 1, error="ModelError", message="a later message"),
+        infra("B", 0, ExitReason.VERIFIER_ERROR, "VerifierError", message="task B has no data.answer"),
+        done("C", 0, 1.0),
+    ]
+    summary = summarize(results)
+    assert summary["infra_failures"]["first_message_by_error_type"] == {
+        "ModelError": "POST http://x/v1/chat/completions: HTTP 503: down\nmore",
+        "VerifierError": "task B has no data.answer",
+    }
+    table = format_table(summary)
+    assert "ModelError: POST http://x/v1/chat/completions: HTTP 503: down" in table
+    assert "VerifierError: task B has no data.answer" in table and "a later message" not in table
+    assert "ModelError: POST http://x/v1/chat/completions: HTTP 503: down\nmore" not in table  # one line each

@@ -116,8 +116,8 @@ def test_pause_holds_model_calls_and_versions_are_stamped_per_turn(ray_cluster):
 
 
 def test_a_failing_member_is_data_and_the_group_policy_applies(ray_cluster):
-    # A task without a check command is a verifier error: an infrastructure failure, retried, then data in the
-    # batch (never an exception that loses the other groups).
+    # A task without a check command is a verifier error: an infrastructure failure that no retry can change
+    # (retryable: false), so it runs once, then is data in the batch (never an exception that loses the others).
     broken = {"task_id": "no-check", "prompt": "Write your seed.", "data": {}}
     cfg = config({"type": "null", "echo": True}, run_id="trainer-policy")
     with RolloutFarm.from_config(cfg, group_policy={"on_failure": "drop"}) as farm:
@@ -125,7 +125,7 @@ def test_a_failing_member_is_data_and_the_group_policy_applies(ray_cluster):
     assert [g.task_id for g in batch.groups] == ["t0"]
     assert [g.task_id for g in batch.dropped] == ["no-check"]
     assert batch.failed == 2 and batch.failures == {"verifier_error": 2}
-    assert all(len(r.attempts) == 2 for r in batch.dropped[0].results)  # retried up to max_attempts first
+    assert all(len(r.attempts) == 1 for r in batch.dropped[0].results)  # not retried: it cannot change
     with RolloutFarm.from_config(cfg, group_policy={"on_failure": "mask"}, backend="local") as farm:
         masked = farm.generate([broken], n=2)
     assert masked.masks == [[False, False]] and masked.rewards == [[0.0, 0.0]]

@@ -1,0 +1,84 @@
+"""Checks that can fail before any work starts: runtime permissions, model reachability, the fake server.
+
+Each raises ``ConfigError`` naming the field, so a run that could only fail every rollout exits 2 before its
+run directory is written, instead of recording a run of infrastructure failures.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+from cluster.compose import Composer
+from cluster.run_config import RunConfig
+from rollout.config import validate
+from rollout.errors import ConfigError
+from rollout.records import Task
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for a TCP connection to the model endpoint."""
+
+
+def check(config: RunConfig, composer: Composer, tasks: list[Task]) -> None:
+    """Every pre-flight check, cheapest first."""
+    check_fake_server(config)
+    check_runtime_permissions(composer, tasks)
+    check_model_reachable(config, composer)
+
+
+def check_fake_server(config: RunConfig) -> None:
+    """``fake_server.faults`` against the fake server's schema and ``fake_server.policy`` against the policies
+    (the server only starts once the run begins)."""
+    if config.fake_server is None:
+        return
+    from rollout.models.fake_server import FaultsConfig
+    from rollout.registry import POLICIES
+
+    validate(FaultsConfig, config.fake_server.faults, prefix="fake_server.faults")
+    POLICIES.load(config.fake_server.policy, field="fake_server.policy")
+
+
+def check_runtime_permissions(composer: Composer, tasks: list[Task]) -> None:
+    """A runtime that runs commands on this host (``allow_host_exec: false``) refuses a model that is not
+    scripted: at run time every rollout would fail the same way, so say it now."""
+    if composer.trusted_model:
+        return
+    in_use = {task.data.get("profile") for task in tasks} or {None}
+    for name in sorted(in_use, key=lambda n: (n is not None, n or "")):
+        runtime = composer.profiles[name].runtime
+        if runtime is None or getattr(runtime.config, "allow_host_exec", None) is not False:
+            continue
+        prefix = f"profiles.{name}." if name is not None and composer.config.profiles[name].runtime else ""
+        raise ConfigError(
+            f"the {runtime.config.type} runtime runs the model's shell commands on this host without isolation "
+            "and the model is not scripted; set it to true to allow that, or use a container runtime",
+            f"{prefix}runtime.allow_host_exec",
+        )
+
+
+def check_model_reachable(config: RunConfig, composer: Composer) -> None:
+    """A TCP connection to the model endpoint's ``base_url``. Skipped when the run serves its own fake server,
+    and through a Ray client (``ray://``): that driver is off the cluster, whose nodes may reach an endpoint
+    (a Serve proxy on each node's localhost) that this machine cannot."""
+    address = config.farm.address or os.environ.get("RAY_ADDRESS") or ""
+    if config.fake_server is not None or (config.farm.backend == "ray" and address.startswith("ray://")):
+        return
+    url = getattr(composer.model_component.config, "base_url", None)
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        return
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot reach {url} ({_reason(exc)}); start the model server or fix the URL",
+                          "model.base_url") from None
+
+
+def _reason(exc: Any) -> str:
+    if isinstance(exc, socket.timeout):
+        return f"no connection within {CONNECT_TIMEOUT:g}s"
+    return exc.strerror or type(exc).__name__
