@@ -1,25 +1,32 @@
-"""The grading script: one bash script that applies the model patch, resets the tests, runs them, printing marked steps."""
+"""The grading script: one bash script that applies the patch, restores the tests, runs them, printing marked steps."""
 
 from __future__ import annotations
 
+import secrets
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from envs.pytest_log import END_MARKER, START_MARKER
 from envs.swe_patch import diff_paths, reset_script, restore_script, save_script
+from envs.swe_protect import section_script
 from rollout.errors import VerifierError
 from rollout.protocols import ExecResult
 
 LOG_CAP = 256 * 1024 * 1024
 """Bytes of test output kept on the runtime's disk (a test printing forever must not fill it)."""
-INLINE_LIMIT = 64 * 1024
-"""Bytes of a grading command that carries its script inline (Linux allows 128 KiB per argument); a bigger
-script (big patches) is written to a file first, which costs one more runtime call."""
+STEP_CAP = 16 * 1024
+"""Bytes of a preparation step's output kept (its tail): however verbose the apply ladder is about a big patch,
+what the script prints before the tests stays far below any runtime's output cap."""
 KILL_GRACE = 2
 """Seconds between an in-container ``timeout``'s SIGTERM and its SIGKILL."""
 MARK = ">>>>> rollout-grade"
-"""Start of every marker line; a random token follows, so no test output or patch can forge one."""
+"""Start of every marker line; a random token follows, so no test output or patch can forge one. The token is
+only in the script, which the tests cannot read: it reaches the runtime as a file with a random name that
+the loader reads into the shell's memory and deletes before anything else runs (never on a command line,
+never in an environment), and the scratch directory and report are named by other random words."""
+
+_LAST_LINE = "# the end of the grading script"
 
 # Runs a step with its output between markers and its exit code in $r. A step that `timeout` stopped (124, or
 # 137 once SIGKILL was needed) ends the script: what follows would run on a half-prepared tree.
@@ -27,8 +34,7 @@ _STEP = """\
 step() {
   local name=$1; shift
   printf '%s begin %s %s\\n' "$P" "$name" "${EPOCHREALTIME:-$SECONDS}"
-  "$@"
-  r=$?
+  if [ "$name" = unpack ]; then "$@"; r=$?; else "$@" 2>&1 | tail -c STEPCAP; r=${PIPESTATUS[0]}; fi
   printf '\\n%s end %s %s %s\\n' "$P" "$name" "$r" "${EPOCHREALTIME:-$SECONDS}"
   case $r in 124|137) exit 0 ;; esac
 }"""
@@ -36,7 +42,8 @@ step() {
 # whatever the tests left in it (a server, a worker holding the pipe) is killed once they are over, so `head`
 # sees the end of the output. (`timeout` catches SIGINT, so the tests still start with it at its default, not
 # ignored as in other background jobs.) The log goes to a file, never through the runtime's output cap; the
-# shell's own notes (a "Killed" job, a group already gone) stay out of it.
+# shell's own notes (a "Killed" job, a group already gone) stay out of it. Then pytest's report (when there is
+# one) and the log are printed.
 _TESTS = """\
 printf '%s begin tests %s\\n' "$P" "${EPOCHREALTIME:-$SECONDS}"
 set -o pipefail
@@ -44,6 +51,7 @@ set -o pipefail
   exit "$c"; } 2>/dev/null | head -c CAP > "$S/log"
 r=$?
 printf '\\n%s end tests %s %s\\n' "$P" "$r" "${EPOCHREALTIME:-$SECONDS}"
+REPORT
 printf '%s begin log %s\\n' "$P" "${EPOCHREALTIME:-$SECONDS}"
 cat -- "$S/log"
 printf '\\n%s end log %s %s\\n' "$P" "$?" "${EPOCHREALTIME:-$SECONDS}"
@@ -75,10 +83,13 @@ class EvalScript:
     """The bash script of one grading, run in the repository. Its steps, each between markers: ``unpack``
     (the patches and helper scripts into a scratch directory outside the repository, unique per grading),
     ``apply1``... (the ladder; ``save`` before the second attempt and ``restore`` before each later one, so
-    every attempt starts from the original tree), ``reset`` and ``test_patch`` (when there is a test
-    patch), ``tests`` (the log into a file, under ``eval_timeout``) and ``log`` (that file printed). Each
-    preparation step runs under ``setup_timeout``; the script ends early when one fails (an apply attempt:
-    when it was the last), and never exits with the tests' code (a runtime may read 124 as its own timeout)."""
+    every attempt starts from the original tree), ``reset`` (the test patch's files and ``reset_paths`` put
+    back as at ``base``, the pytest sections of ``section_paths`` restored; when there is any), ``test_patch``
+    (when there is one), ``tests`` (the log into a file, under ``eval_timeout``; with ``report``, pytest also
+    writes a junitxml report to a path no patch can name in advance), ``report`` (that report printed) and
+    ``log`` (the log printed). Each preparation step runs under ``setup_timeout`` and prints at most
+    ``STEP_CAP`` bytes (its tail); the script ends early when one fails (an apply attempt: when it was the
+    last), and never exits with the tests' code (a runtime may read 124 as its own timeout)."""
 
     token: str
     model_patch: str
@@ -90,6 +101,11 @@ class EvalScript:
     git: str = "git"
     setup_timeout: float = 600.0
     eval_timeout: float = 1800.0
+    reset_paths: Sequence[str] = ()
+    section_paths: Sequence[str] = ()
+    report: bool = False
+    name: str = field(default_factory=lambda: secrets.token_hex(8))
+    """Names the scratch directory, the script's file and the report: random, and not the token."""
 
     @property
     def prefix(self) -> str:
@@ -97,12 +113,12 @@ class EvalScript:
 
     @property
     def scratch(self) -> str:
-        return f"/tmp/rollout-grade-{self.token}"
+        return f"/tmp/rollout-grade-{self.name[:8]}"
 
     @property
     def path(self) -> str:
-        """Where the script goes when it is too big for a command line (beside the scratch directory:
-        /tmp exists, so writing it needs no directory made first)."""
+        """Where the script is written (beside the scratch directory: /tmp exists, so writing it needs no
+        directory made first); the loader deletes it before running it."""
         return f"{self.scratch}.sh"
 
     @property
@@ -110,11 +126,29 @@ class EvalScript:
         return f"{self.scratch}/log"
 
     @property
+    def report_path(self) -> str:
+        return f"{self.scratch}/{self.name[8:]}.xml"
+
+    @property
+    def loader(self) -> str:
+        """The command that runs the script: read into the shell's memory and the file deleted first, so only
+        its (random, soon gone) file name is ever on a command line. It waits, up to a minute, for the script's
+        last line (a runtime whose file copy returns before the file is whole)."""
+        # Builtins only (no process started) while waiting: `read -d ''` takes the whole file (it holds no NUL).
+        body = ("n=0; until { IFS= read -r -d '' s < \"$0\"; } 2>/dev/null; "
+                f'[[ $s == *{shlex.quote(_LAST_LINE)}$\'\\n\' ]]; do '
+                'n=$((n + 1)); [ "$n" -lt 30000 ] || exit 3; sleep 0.002; done; rm -f -- "$0" && eval "$s"')
+        return f"bash -c {shlex.quote(body)} {shlex.quote(self.path)}"
+
+    @property
     def limit(self) -> float:
         """Seconds the whole script may take: every in-container limit added up, plus slack. A backstop only:
         each step's own ``timeout`` stops it first."""
         steps = len(self.ladder) + 4  # save, restore, reset, test patch
         return self.eval_timeout + steps * (self.setup_timeout + KILL_GRACE) + KILL_GRACE + 30
+
+    def resets(self) -> bool:
+        return bool(self.test_patch.strip() or self.reset_paths or self.section_paths)
 
     def text(self) -> str:
         """The script; the files it unpacks are printed by ``printf`` from quoted strings in it."""
@@ -124,20 +158,29 @@ class EvalScript:
                  "restore.sh": restore_script(touched, backup), "eval.sh": self._eval_body()}
         if self.test_patch.strip():
             files["test.patch"] = _with_newline(self.test_patch)
-            files["reset.sh"] = reset_script(diff_paths(files["test.patch"]), self.base, git=self.git)
+        if self.resets():
+            paths = [*diff_paths(files.get("test.patch", "")), *self.reset_paths]
+            files["reset.sh"] = (reset_script(list(dict.fromkeys(paths)), self.base, git=self.git) + "\n"
+                                 + section_script(self.section_paths, self.base, "$S", git=self.git) + "\n")
         lines = ["# rollout-farm grading: each step's output between markers, the test log last", "exec 2>&1",
-                 f"P={shlex.quote(self.prefix)}", f"S={shlex.quote(self.scratch)}", _STEP,
-                 "unpack() {", 'mkdir -p -- "$S" || return 1']
+                 f"P={shlex.quote(self.prefix)}", f"S={shlex.quote(self.scratch)}",
+                 _STEP.replace("STEPCAP", str(STEP_CAP)), "unpack() {", 'mkdir -p -- "$S" || return 1']
         for name, content in files.items():
             lines.append(f'printf -- {_printf_format(content)} > "$S/{name}" || return 1')
         lines += ["}", "step unpack unpack", '[ "$r" = 0 ] || exit 0', *self._ladder()]
+        if self.resets():
+            lines += [f'step reset {self._timeout()} bash "$S/reset.sh"', '[ "$r" = 0 ] || exit 0']
         if self.test_patch.strip():
-            lines += [f'step reset {self._timeout()} bash "$S/reset.sh"', '[ "$r" = 0 ] || exit 0',
-                      f'step test_patch {self._timeout()} {self.git} apply --verbose "$S/test.patch"',
+            lines += [f'step test_patch {self._timeout()} {self.git} apply --verbose "$S/test.patch"',
                       '[ "$r" = 0 ] || exit 0']
+        report = ""
+        if self.report:
+            report = ("printf '%s begin report %s\\n' \"$P\" \"${EPOCHREALTIME:-$SECONDS}\"\n"
+                      f"cat -- {shlex.quote(self.report_path)} 2>/dev/null\n"
+                      "printf '\\n%s end report %s %s\\n' \"$P\" \"$?\" \"${EPOCHREALTIME:-$SECONDS}\"")
         lines.append(_TESTS.replace("GRACE", str(KILL_GRACE)).replace("LIMIT", f"{self.eval_timeout:g}")
-                     .replace("CAP", str(LOG_CAP)))
-        return "\n".join(lines) + "\n"
+                     .replace("CAP", str(LOG_CAP)).replace("REPORT", report))
+        return "\n".join([*lines, _LAST_LINE]) + "\n"
 
     def steps(self, output: str) -> dict[str, Step]:
         """The steps found in the script's ``output``, by name, in order; one the output ends inside has
@@ -177,9 +220,14 @@ class EvalScript:
         return f"timeout -k {KILL_GRACE} {self.setup_timeout:g}"
 
     def _eval_body(self) -> str:
-        # Plain bash, as the harness runs its eval script; its START/END markers frame the test output.
-        return (f'cd -- "$1" || exit 2\n{self.setup}\necho {shlex.quote(START_MARKER)}\n{self.command}\nrc=$?\n'
-                f'echo {shlex.quote(END_MARKER)}\nexit $rc\n')
+        # Plain bash, as the harness runs its eval script; its START/END markers frame the test output. The
+        # report option goes in after the setup lines, so only the test command's pytest writes it.
+        report = ""
+        if self.report:
+            option = shlex.quote(f"--junitxml={self.report_path}")
+            report = f'export PYTEST_ADDOPTS={option}"${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"\n'
+        return (f'cd -- "$1" || exit 2\n{self.setup}\n{report}echo {shlex.quote(START_MARKER)}\n{self.command}\n'
+                f'rc=$?\necho {shlex.quote(END_MARKER)}\nexit $rc\n')
 
 
 class ScriptRun:

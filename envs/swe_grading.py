@@ -1,4 +1,4 @@
-"""SWE-bench grading in a fresh runtime: model patch (lenient ladder), test files reset, test patch, tests, report."""
+"""SWE-bench grading in a fresh runtime: model patch (lenient ladder), tests restored, test patch, tests, report."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ from pydantic import Field
 
 from envs.output import decode
 from envs.pytest_log import eval_section
-from envs.swe_eval_script import INLINE_LIMIT, EvalScript, ScriptRun
-from envs.swe_reports import CATEGORIES, Grade, is_resolved, status_by_category
+from envs.pytest_report import demote, read_junit, unconfirmed, wants_report
+from envs.swe_eval_script import EvalScript, ScriptRun
+from envs.swe_patch import diff_paths
+from envs.swe_protect import restored_sections, test_file_paths, test_like, to_reset, with_sections
+from envs.swe_reports import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
 from envs.swe_specs import eval_plan
 from rollout.config import StrictModel, validate
 from rollout.errors import VerifierError
@@ -35,20 +38,25 @@ _GUARD = 8.0
 
 async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_factory: Callable[[], Runtime], *,
                 eval_timeout: float = 1800, repo_dir: str = "/testbed", log: Callable[[str], Any] | None = None,
-                setup_timeout: float = 600, max_log_chars: int = 200_000) -> Grade:
+                setup_timeout: float = 600, max_log_chars: int = 200_000, strict: bool = False) -> Grade:
     """Grade ``model_patch`` for one SWE-bench instance in a new runtime from ``runtime_factory()``
     (started here, always closed), whose repository at ``base_commit`` is in ``repo_dir`` (absolute, or
     relative to the runtime's workdir). Bad instance data or a test patch that does not apply raise
-    ``VerifierError``; a patch that does not apply, failing tests or a timeout are an unresolved Grade.
+    ``VerifierError``; whatever the patch does (not apply, fail or crash the tests, tamper with them) is an
+    unresolved Grade with its ``unresolved_reason``.
 
-    The work in the runtime is one ``exec`` of an ``envs.swe_eval_script`` script (patches inside): the
-    apply ladder, the test files reset, the test patch, the tests (``setup_timeout`` per preparation step,
-    ``eval_timeout`` for the tests, by ``timeout`` in the runtime; the exec's own limit is a backstop), the
-    log printed last. A script too big for a command line is written to a file first; the log file is read
-    back only when the output was cut short. Scratch files are removed afterwards only where they outlive
-    the runtime (they show up on this host: a local workspace); a container's /tmp goes with it.
-    ``durations``: start, write (if any), apply, reset, tests (by the script's clock), overhead (the rest of
-    the exec: the call, the shells, printing the log), read and cleanup (if any), close, total."""
+    The work in the runtime is writing an ``envs.swe_eval_script`` script (patches inside) and one ``exec``
+    of it: the apply ladder; then, reset to ``base_commit``, every file the tests rely on that the patch
+    touched (the test patch's files, the files of FAIL_TO_PASS / PASS_TO_PASS ids, conftest.py, pytest.ini)
+    and the pytest section of tox.ini / setup.cfg / pyproject.toml; the test patch; the tests
+    (``setup_timeout`` per preparation step, ``eval_timeout`` for the tests, by ``timeout`` in the runtime;
+    the exec's own limit is a backstop), pytest's junitxml report and the log printed last. A test counts as
+    passing only when the log and the report agree, and a test command that exits other than 0 or 1
+    (interrupted, crashed, killed) resolves nothing. ``strict``: a patch touching test files or pytest
+    configuration scores 0 without running. Report and log files are read back only when the output was cut
+    short; scratch files are removed afterwards only where they outlive the runtime (a local workspace).
+    ``durations``: start, write, apply, reset, tests (by the script's clock), overhead (the rest of the exec:
+    the call, the shells, printing the log), read and cleanup (if any), close, total."""
     say = log or (lambda _msg: None)
     ident = str(task_data.get("instance_id") or task_data.get("task_id") or "")
     expected = {c: _test_list(task_data, c, ident) for c in CATEGORIES}
@@ -57,13 +65,23 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     result = Grade(instance_id=ident, patch_is_None=model_patch is None,
                    patch_exists=bool(model_patch and model_patch.strip()))
     if not result.patch_exists:
+        result.unresolved_reason = "no patch"
         say(f"{ident}: no patch, unresolved")
         return result
     plan = eval_plan(task_data, ident)
     result.test_cmd = plan.command
-    script = EvalScript(secrets.token_hex(6), model_patch, str(task_data.get("test_patch") or ""),
-                        str(task_data.get("base_commit") or "HEAD"), plan.setup, plan.command, APPLY_LADDER, _GIT,
-                        setup_timeout, eval_timeout)
+    test_patch = str(task_data.get("test_patch") or "")
+    tested = expected[FAIL_TO_PASS] + expected[PASS_TO_PASS]
+    protected = [*diff_paths(test_patch), *test_file_paths(tested)]
+    touched = diff_paths(_with_newline(model_patch))
+    if strict and (refused := test_like(touched, protected)):
+        result.unresolved_reason = f"strict grading: the patch touches tests or their configuration: {_few(refused)}"
+        say(f"{ident}: {result.unresolved_reason}")
+        return result
+    reset, sections = to_reset(touched, protected), with_sections(touched)
+    script = EvalScript(secrets.token_hex(6), model_patch, test_patch, str(task_data.get("base_commit") or "HEAD"),
+                        plan.setup, plan.command, APPLY_LADDER, _GIT, setup_timeout, eval_timeout,
+                        reset_paths=reset, section_paths=sections, report=wants_report(plan.command))
     began = time.monotonic()
     mark = _clock(result, began)
     runtime = runtime_factory()
@@ -72,28 +90,46 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         mark("start")
         run = ScriptRun(script, await _run(runtime, script, repo_dir, mark), ident)
         result.durations.update({k: round(v, 3) for k, v in run.phases(mark("exec", keep=False)).items()})
-        result.apply_method, result.apply_output = _applied(run)
+        result.apply_method, result.apply_output, why_not = _applied(run)
         if result.apply_method is None:
-            say(f"{ident}: the patch did not apply, unresolved")
+            result.unresolved_reason = why_not
+            say(f"{ident}: {why_not}, unresolved")
             return result
         result.patch_successfully_applied = True
         say(f"{ident}: patch applied with `{result.apply_method}`")
-        _check_tests_prepared(run)
+        restored = _check_tests_prepared(run, bool(reset or sections))
+        if isinstance(restored, str):
+            result.unresolved_reason = restored
+            return result
+        result.restored = [*reset, *restored]
+        if strict and restored:
+            result.unresolved_reason = f"strict grading: the patch changes pytest configuration in {_few(restored)}"
+            return result
         tests = run.steps.get("tests")
         if tests is None or (tests.returncode is None and not run.ran.timed_out):
             raise run.stopped("before the tests" if tests is None else "while the tests ran")
         # Still running when the exec's backstop fired, or stopped by the in-container timeout.
         result.timed_out = tests.returncode is None or tests.stopped(eval_timeout)
         result.test_returncode = None if result.timed_out else tests.returncode
-        text = await _log(runtime, run, mark)
+        text = await _printed(runtime, run, "log", script.log_path, mark)
         if result.timed_out:
             text += f"\n\nTimeout error: {eval_timeout:g} seconds exceeded.\n"
-        result.test_statuses = plan.parse(eval_section(text)) or plan.parse(text)  # the harness's fallback
+        statuses = plan.parse(eval_section(text)) or plan.parse(text)  # the harness's fallback
+        unconfirmed_tests: list[str] = []
+        if script.report and not result.timed_out:
+            cases = read_junit((await _printed(runtime, run, "report", script.report_path, mark)).encode())
+            result.report_found = cases is not None
+            unconfirmed_tests = unconfirmed(statuses, cases, tested)
+            statuses = demote(statuses, unconfirmed_tests)
+        result.test_statuses = statuses
         result.test_output = text if len(text) <= max_log_chars else "[... cut ...]\n" + text[-max_log_chars:]
         result.tests_status = status_by_category(result.test_statuses, expected, fail_only=plan.fail_only)
-        result.resolved = not result.timed_out and is_resolved(result.tests_status)
+        exit_ok = result.test_returncode in (0, 1)
+        result.resolved = not result.timed_out and exit_ok and is_resolved(result.tests_status)
         result.reward = 1.0 if result.resolved else 0.0
-        say(f"{ident}: {'timed out' if result.timed_out else 'resolved' if result.resolved else 'unresolved'}")
+        if not result.resolved:
+            result.unresolved_reason = _reason(result, unconfirmed_tests, eval_timeout)
+        say(f"{ident}: {'resolved' if result.resolved else result.unresolved_reason}")
         return result
     finally:
         try:
@@ -106,59 +142,94 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
             result.durations["total"] = round(time.monotonic() - began, 3)
 
 
+def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float) -> str:
+    """Why a graded patch is unresolved, the grader's own findings first."""
+    restored = f" (the patch changed {_few(result.restored)}: restored to base_commit)" if result.restored else ""
+    if result.timed_out:
+        return f"the tests ran past the {eval_timeout:g}s limit{restored}"
+    if result.test_returncode not in (0, 1):
+        return (f"the test command exited with {result.test_returncode} (not 0 or 1: the run was interrupted, "
+                f"crashed or killed){restored}")
+    if unconfirmed_tests and not result.report_found:
+        return f"pytest wrote no report of its results, so the log's passing tests do not count{restored}"
+    if unconfirmed_tests:
+        return f"the log says passed but pytest's report does not, for {_few(unconfirmed_tests)}{restored}"
+    failing = [f"{c} {_few(result.tests_status[c]['failure'])}" for c in (FAIL_TO_PASS, PASS_TO_PASS)
+               if result.tests_status[c]["failure"]]
+    return f"tests failed: {'; '.join(failing)}{restored}"
+
+
+def _few(items: list[str], shown: int = 5) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
 async def _run(runtime: Runtime, script: EvalScript, repo_dir: str, mark: Callable[..., float]) -> ExecResult:
     """The script's one exec. Plain bash, as the harness runs its eval script: the runtime's own shell (a
     login shell in containers) already set the environment up, and a login shell would reset PATH (and so
-    a virtualenv) on a host."""
-    text = script.text()
-    command = f"bash -c {shlex.quote(text)} rollout-grade"
-    if len(command.encode()) > INLINE_LIMIT:
-        await runtime.write_file(script.path, text.encode())
-        mark("write")
-        command = f"bash {shlex.quote(script.path)}"
+    a virtualenv) on a host. The script goes in as a file that the loader deletes, never on a command line
+    (written first: engines serialise a container's file copies and execs, so overlapping them saves nothing)."""
+    await runtime.write_file(script.path, script.text().encode())
+    mark("write")
     try:
-        return await asyncio.wait_for(runtime.exec(command, timeout=script.limit, cwd=repo_dir),
+        return await asyncio.wait_for(runtime.exec(script.loader, timeout=script.limit, cwd=repo_dir),
                                       script.limit + _GUARD)
     except asyncio.TimeoutError:
         return ExecResult(output="", returncode=-1, timed_out=True, duration=script.limit + _GUARD)
 
 
-def _applied(run: ScriptRun) -> tuple[str | None, str]:
-    """(the ladder command that applied the patch, or None; what the attempts printed)."""
+def _applied(run: ScriptRun) -> tuple[str | None, str, str]:
+    """(the ladder command that applied the patch, or None; what the attempts printed; why not). Output past
+    the runtime's cap before the tests ran is the patch's doing (each step prints a bounded tail, so only the
+    patch can make it that long): it did not apply."""
     run.require("unpack")
     outputs = []
     for number, command in enumerate(APPLY_LADDER, 1):
-        if number > 1:
-            run.require("save" if number == 2 else "restore")
-        attempt = run.require(f"apply{number}", failing_ok=True)
+        try:
+            if number > 1:
+                run.require("save" if number == 2 else "restore")
+            attempt = run.require(f"apply{number}", failing_ok=True)
+        except VerifierError:
+            if not run.ran.truncated:
+                raise
+            return None, "\n".join(outputs), "the patch does not apply (its output passed the runtime's output cap)"
         outputs.append(f"$ {command}\n{attempt.output}")
         if attempt.returncode == 0:
-            return command, "\n".join(outputs)
-    return None, "\n".join(outputs)
+            return command, "\n".join(outputs), ""
+    return None, "\n".join(outputs), "the patch does not apply"
 
 
-def _check_tests_prepared(run: ScriptRun) -> None:
-    """Test files as at ``base`` (whatever the model did to them), then the test patch on top."""
-    script = run.script
-    if not script.test_patch.strip():
-        return
-    reset = run.require("reset", failing_ok=True)
-    if reset.returncode != 0:
-        raise VerifierError(f"instance {run.ident}: resetting the test files to {script.base} failed:\n"
-                            f"{reset.output[-2000:]}")
-    applied = run.require("test_patch", failing_ok=True)
-    if applied.returncode != 0:
-        raise VerifierError(f"instance {run.ident}: the test patch does not apply:\n{applied.output[-2000:]}",
-                            retryable=False)
+def _check_tests_prepared(run: ScriptRun, patch_touched: bool) -> list[str] | str:
+    """Test files as at ``base`` (whatever the model did to them), then the test patch on top: the
+    configuration files whose pytest section was put back, or why the patch is unresolved when the files it
+    touched cannot be put back."""
+    script, restored = run.script, []
+    if script.resets():
+        reset = run.require("reset", failing_ok=True)
+        if reset.returncode != 0 and patch_touched:
+            return f"the test files the patch touched cannot be restored:\n{reset.output[-2000:]}"
+        if reset.returncode != 0:
+            raise VerifierError(f"instance {run.ident}: resetting the test files to {script.base} failed:\n"
+                                f"{reset.output[-2000:]}")
+        restored = restored_sections(reset.output)
+    if script.test_patch.strip():
+        applied = run.require("test_patch", failing_ok=True)
+        if applied.returncode != 0:
+            raise VerifierError(f"instance {run.ident}: the test patch does not apply:\n{applied.output[-2000:]}",
+                                retryable=False)
+    return restored
 
 
-async def _log(runtime: Runtime, run: ScriptRun, mark: Callable[..., float]) -> str:
-    """The test log as printed; read back from its file when the output was cut before its end."""
-    printed = run.steps.get("log")
+async def _printed(runtime: Runtime, run: ScriptRun, step: str, path: str, mark: Callable[..., float]) -> str:
+    """What the script printed in ``step`` (the log, the report); read back from ``path`` when the output was
+    cut before its end."""
+    printed = run.steps.get(step)
     if printed is not None and printed.returncode == 0:
         return printed.output
+    if printed is not None and printed.returncode is not None:
+        return ""  # the file is not there: cat failed
     try:
-        text = decode(await asyncio.wait_for(runtime.read_file(run.script.log_path), 60))
+        text = decode(await asyncio.wait_for(runtime.read_file(path), 60))
     except (FileNotFoundError, asyncio.TimeoutError):
         text = printed.output if printed is not None else ""
     mark("read")
@@ -182,6 +253,10 @@ def _clock(result: Grade, began: float) -> Callable[..., float]:
         return seconds
 
     return mark
+
+
+def _with_newline(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
 
 
 def _test_list(task_data: Mapping[str, Any], key: str, ident: str) -> list[str]:
@@ -218,6 +293,10 @@ class SweVerifierConfig(StrictModel):
     local workspace holding the clone)."""
     max_log_chars: int = Field(200_000, ge=1000)
     """Characters of the test log kept in the reward details (its tail)."""
+    strict: bool = False
+    """Score 0 (with the reason) any patch that touches test files (the test patch's, those of FAIL_TO_PASS /
+    PASS_TO_PASS ids, conftest.py, test_*.py / *_test.py, anything under tests/, test/ or testing/) or pytest
+    configuration (pytest.ini, tox.ini, the pytest section of setup.cfg or pyproject.toml)."""
 
 
 class SweVerifier:
@@ -261,7 +340,7 @@ class SweVerifier:
             raise VerifierError("the swe verifier has no runtime to grade in", retryable=False)
         graded = await grade({"instance_id": task.task_id, **task.data}, patch, fresh,
                              eval_timeout=cfg.eval_timeout, repo_dir=repo_dir, log=self.log,
-                             setup_timeout=cfg.setup_timeout, max_log_chars=cfg.max_log_chars)
+                             setup_timeout=cfg.setup_timeout, max_log_chars=cfg.max_log_chars, strict=cfg.strict)
         details = graded.model_dump()
         details["patch_source"] = source
         details["model_patch"] = patch

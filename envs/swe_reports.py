@@ -43,12 +43,20 @@ class Grade(Record):
     """The tests ran past the evaluation timeout (graded unresolved, as the harness does)."""
     test_cmd: str = ""
     test_returncode: int | None = None
+    """The test command's exit code: anything but 0 or 1 (interrupted, crashed, killed) resolves nothing."""
+    unresolved_reason: str = ""
+    """Why the patch is not resolved (empty when it is): the grader's findings first, then failing tests."""
+    restored: list[str] = Field(default_factory=list)
+    """Files the tests rely on that the patch had changed, put back as at base_commit before the tests ran
+    (for tox.ini, setup.cfg, pyproject.toml: their pytest section)."""
+    report_found: bool | None = None
+    """pytest wrote its junitxml report (None: not asked for, or the tests timed out)."""
     test_output: str = ""
     """The raw test log (its tail past the grader's cap)."""
     test_statuses: dict[str, str] = Field(default_factory=dict)
     """Test id → status parsed from the whole log."""
     durations: dict[str, float] = Field(default_factory=dict)
-    """Seconds per phase: start, write (big scripts only), apply, reset, tests, overhead, read and cleanup
+    """Seconds per phase: start, write, apply, reset, tests, overhead, read and cleanup
     (when they happen), close, total."""
 
     @property
@@ -63,6 +71,16 @@ class Grade(Record):
         if self.tests_status:
             fields["tests_status"] = self.tests_status
         return {self.instance_id: fields}
+
+    def report_json(self) -> dict[str, Any]:
+        """What report.json holds: the harness's fields, then the test command's exit code and, when
+        unresolved, the reason (keys the harness's readers ignore)."""
+        content = self.report()
+        fields = content[self.instance_id]
+        fields["test_returncode"] = self.test_returncode
+        if self.unresolved_reason:
+            fields["unresolved_reason"] = self.unresolved_reason
+        return content
 
 
 def status_by_category(statuses: Mapping[str, str], expected: Mapping[str, Iterable[str]],
@@ -151,7 +169,7 @@ def write_instance_report(root: str | Path, run_id: str, model: str, instance_id
     if grade.patch_successfully_applied:
         (where / "test_output.txt").write_text(grade.test_output, encoding="utf-8")
     if grade.completed:
-        _write_atomic(where / "report.json", json.dumps(grade.report(), indent=4))
+        _write_atomic(where / "report.json", json.dumps(grade.report_json(), indent=4))
     (where / "run_instance.log").write_text(_instance_log(grade), encoding="utf-8")
     return where
 
@@ -165,8 +183,11 @@ def _instance_log(grade: Grade) -> str:
         outcome = "the tests timed out"
     else:
         outcome = f"resolved: {grade.resolved}"
+    if grade.unresolved_reason:
+        outcome += f" ({grade.unresolved_reason})"
     lines = [f"instance: {grade.instance_id}", f"outcome: {outcome}", f"apply method: {grade.apply_method}",
              f"test command: {grade.test_cmd}", f"test return code: {grade.test_returncode}",
+             f"restored to base_commit: {', '.join(grade.restored) or 'nothing'}",
              "durations: " + ", ".join(f"{k} {v:.2f}s" for k, v in grade.durations.items()), "", grade.apply_output]
     return "\n".join(lines) + "\n"
 

@@ -187,3 +187,27 @@ def test_agrees_with_the_swebench_harness(real_logs):
     assert swebench.__version__.startswith("4.1.")
     for name, text in all_logs(real_logs).items():
         assert parse_log_pytest(text) == official(text, None), name
+
+
+def test_the_junit_report_confirms_every_passing_test_of_a_real_log_and_no_forged_one(tmp_path):
+    """pytest's junitxml report of a real run confirms each test its log shows passing (whole ids and ids cut at
+    a space, PASSED and XFAIL); a PASSED line printed for a failing test is not confirmed."""
+    from envs.pytest_report import read_junit, unconfirmed, wants_report
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_sample.py").write_text(SAMPLE_TESTS)
+    report = tmp_path / "out" / "report.xml"
+    log = _run_pytest_all(tmp_path, {"run": ["-rA", f"--junitxml={report}", "tests/test_sample.py"]})["run"]
+    cases = read_junit(report.read_bytes())
+    for parse in (parse_log_pytest, parse_test_statuses):
+        statuses = parse(log)
+        assert "tests/test_sample.py::TestY::test_param[one" in statuses or parse is parse_test_statuses
+        # The sample's test_prints prints a PASSED line for a test that never ran: the only one not confirmed.
+        assert unconfirmed(statuses, cases, list(statuses)) == ["fake/line.py::printed_not_run"]
+        forged = parse(log + "PASSED tests/test_sample.py::test_fail\nPASSED tests/test_sample.py::test_error\n")
+        assert set(unconfirmed(forged, cases, list(forged))) == {
+            "tests/test_sample.py::test_fail", "tests/test_sample.py::test_error", "fake/line.py::printed_not_run"}
+        assert unconfirmed(forged, None, ["tests/test_sample.py::TestY::test_z"]) == ["tests/test_sample.py::TestY::test_z"]
+    assert read_junit(b"") is None and read_junit(b"<testsuites><testcase") is None
+    assert wants_report("python3 -m pytest -rA tests") and wants_report("PYTHONPATH=src py.test x")
+    assert not wants_report("./runtests.py --verbosity 2") and not wants_report("tox -epy39 -- pytest")

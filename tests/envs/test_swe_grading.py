@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from envs.local_runtime import LocalRuntime
+from envs.swe_eval_script import MARK
 from envs.swe_grading import APPLY_LADDER, SweVerifier, grade
 from rollout.dataset import load_tasks
 from rollout.errors import VerifierError
@@ -386,9 +387,11 @@ def removed_scratch(calls) -> list[str]:
 def test_grading_is_one_command_and_cleans_a_host_workspace(instance, tmp_path):
     graded, calls = recorded_grade(instance, instance["patch"], tmp_path)
     assert graded.resolved and graded.apply_method == APPLY_LADDER[0]
-    assert [kind for kind, _ in calls] == ["exec", "exec"], calls  # the grading, then its scratch removed
+    # The script written, the grading, then its scratch removed; the script is never on a command line.
+    assert [kind for kind, _ in calls] == ["write_file", "exec", "exec"], calls
+    assert MARK not in calls[1][1] and calls[0][1] in calls[1][1] and len(calls[1][1]) < 400
     assert all(p.startswith("/tmp/rollout-grade-") for p in removed_scratch(calls))
-    assert "write" not in graded.durations and "read" not in graded.durations
+    assert "read" not in graded.durations
 
 
 def test_a_patch_too_big_for_a_command_line_is_written_first(instance, tmp_path):
@@ -397,7 +400,7 @@ def test_a_patch_too_big_for_a_command_line_is_written_first(instance, tmp_path)
     graded, calls = recorded_grade(instance, patch, tmp_path)
     assert graded.resolved and graded.patch_successfully_applied, graded.apply_output[-2000:]
     assert [kind for kind, _ in calls] == ["write_file", "exec", "exec"], calls
-    assert calls[0][1] in removed_scratch(calls) and "write" in graded.durations
+    assert calls[0][1] in removed_scratch(calls)
 
 
 def test_patch_text_reaches_the_repository_unchanged(instance, tmp_path):
@@ -414,7 +417,7 @@ def test_a_log_past_the_output_cap_is_read_back(instance, tmp_path):
     noisy = {**instance, "test_cmd": f"seq 1 60000; {instance['test_cmd']}"}
     graded, calls = recorded_grade(noisy, instance["patch"], tmp_path, {"max_output_bytes": 64 * 1024})
     assert graded.resolved, graded.test_output[-2000:]
-    assert [kind for kind, _ in calls] == ["exec", "read_file", "exec"], calls
+    assert [kind for kind, _ in calls] == ["write_file", "exec", "read_file", "exec"], calls
     assert "60000\n" in graded.test_output and "read" in graded.durations
     removed_scratch(calls)
 
@@ -458,4 +461,36 @@ def test_docker_grading_is_one_exec(instance, base_image):
     instance = {**instance, "test_cmd": TEST_CMD.format(python="python3")}
     graded = asyncio.run(grade(instance, instance["patch"], make, eval_timeout=120))
     assert graded.resolved, graded.test_output[-2000:]
-    assert [kind for kind, _ in seen[0].calls] == ["exec"]  # the container's /tmp goes with the container
+    # The script written, then run; the container's /tmp goes with the container.
+    assert [kind for kind, _ in seen[0].calls] == ["write_file", "exec"]
+
+
+def test_strict_grading_refuses_patches_touching_tests(instance, tmp_path):
+    """Strict mode: the gold patch still resolves; the same fix plus any edit of a test file or of pytest's
+    configuration scores 0 with the reason, whatever the tests would say."""
+    assert run_grade(instance, instance["patch"], tmp_path, strict=True).resolved
+    repo = Path(instance["repo_path"])
+    for n, extra in enumerate([{"tests/test_ops.py": TESTS + "\n# touched\n"}, {"conftest.py": ""},
+                               {"calc/test_helpers.py": "X = 1\n"}, {"pytest.ini": "[pytest]\n"}]):
+        patch = diff_of(repo, tmp_path / f"agent{n}", {"calc/ops.py": FIXED, **extra})
+        graded = run_grade(instance, patch, tmp_path, strict=True)
+        assert not graded.resolved and graded.reward == 0.0
+        assert graded.unresolved_reason.startswith("strict grading") and next(iter(extra)) in graded.unresolved_reason
+        assert run_grade(instance, patch, tmp_path).resolved  # the default mode restores them and grades the fix
+
+
+def test_only_the_pytest_section_of_a_config_file_is_restored(instance, tmp_path):
+    """A patch that also edits setup.cfg: its other sections stay as patched (the tests see them), its pytest
+    section goes back to base (here: none), so an option deselecting the failing tests has no effect."""
+    ids = " ".join(f"--deselect={t.split()[0]}" for t in F2P)
+    cfg = f"[calc]\nflavour = patched\n\n[tool:pytest]\naddopts = {ids}\n"
+    row = {**instance, "test_cmd": f"cat setup.cfg; {instance['test_cmd']}"}
+    repo = Path(instance["repo_path"])
+    fixed = diff_of(repo, tmp_path / "a", {"calc/ops.py": FIXED, "setup.cfg": cfg})
+    graded = run_grade(row, fixed, tmp_path)
+    assert graded.resolved and graded.restored == ["setup.cfg"], graded.test_output[-2000:]
+    assert "[calc]\nflavour = patched\n" in graded.test_output and "tool:pytest" not in graded.test_output
+    unfixed = diff_of(repo, tmp_path / "b", {"setup.cfg": cfg})
+    graded = run_grade(row, unfixed, tmp_path)
+    assert not graded.resolved and graded.tests_status["FAIL_TO_PASS"]["failure"] == F2P
+    assert "restored to base_commit" in graded.unresolved_reason

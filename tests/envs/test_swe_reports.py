@@ -75,14 +75,16 @@ def test_instance_report_layout(tmp_path):
     report = json.loads((where / "report.json").read_text())
     assert list(report) == ["org__repo-1"]
     fields = report["org__repo-1"]
-    assert list(fields) == ["patch_is_None", "patch_exists", "patch_successfully_applied", "resolved", "tests_status"]
+    # The harness's fields, then the test command's exit code (readers of the harness's reports skip it).
+    assert list(fields) == ["patch_is_None", "patch_exists", "patch_successfully_applied", "resolved", "tests_status",
+                            "test_returncode"]
     assert fields["resolved"] is True and fields["patch_is_None"] is False
     assert list(fields["tests_status"]) == ["FAIL_TO_PASS", "PASS_TO_PASS", "FAIL_TO_FAIL", "PASS_TO_FAIL"]
     assert fields["tests_status"]["FAIL_TO_PASS"] == {"success": ["a", "b"], "failure": []}
     assert "resolved: True" in (where / "run_instance.log").read_text()
     # From the reward details (a dict) too, as results.jsonl holds them.
     again = write_instance_report(tmp_path / "b", "run-1", "m", "org__repo-1", grade.model_dump(), None)
-    assert json.loads((again / "report.json").read_text()) == grade.report()
+    assert json.loads((again / "report.json").read_text()) == grade.report_json()
     assert (again / "patch.diff").read_text() == ""
 
 
@@ -141,3 +143,14 @@ def test_run_summary_sorts_every_instance_like_the_harness(tmp_path):
     }
     path = write_run_report(tmp_path, "org/m", "run-1", summary)
     assert path.name == "org__m.run-1.json" and json.loads(path.read_text()) == summary
+
+
+def test_report_json_says_why_a_patch_is_unresolved(tmp_path):
+    grade = completed_grade(resolved=False).model_copy(update={
+        "test_returncode": 137, "unresolved_reason": "the test command exited with 137", "restored": ["conftest.py"]})
+    where = write_instance_report(tmp_path, "r", "m", "org__repo-1", grade, "x")
+    fields = json.loads((where / "report.json").read_text())["org__repo-1"]
+    assert fields["resolved"] is False and fields["test_returncode"] == 137
+    assert fields["unresolved_reason"] == "the test command exited with 137"
+    log = (where / "run_instance.log").read_text()
+    assert "the test command exited with 137" in log and "restored to base_commit: conftest.py" in log
