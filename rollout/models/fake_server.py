@@ -45,6 +45,12 @@ class FaultsConfig(StrictModel):
     client gives up; the handler is cancelled when the client disconnects)."""
     context_length_after_tokens: int | None = Field(default=None, ge=1)
     """Answer vLLM's context-length 400 when the prompt has more fake tokens than this."""
+    max_request_bytes: int | None = Field(default=None, ge=1)
+    """Answer 413 to request bodies over this many bytes, as a proxy's body limit does (the server's own limit,
+    aiohttp's 1 MiB, applies to every request anyway)."""
+    lone_surrogates: bool = False
+    """End every reply's text with a lone surrogate escape (``"\\ud800"``), as a server's JSON encoder writes
+    broken text: a strict client decoder refuses the whole reply."""
 
 
 class FakeServerConfig(StrictModel):
@@ -163,7 +169,11 @@ class FakeServer:
 
     async def _answer(self, request: web.Request) -> tuple[int, dict[str, Any], dict[str, str] | None]:
         try:
-            body = await request.json()
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:  # answered like any other status, so that stats count it
+            return 413, _error(exc.text or "request body too large", 413), None
+        try:
+            body = json.loads(raw)
             messages = body["messages"]
         except (ValueError, KeyError, TypeError):
             return 400, _error("body must be a JSON object with messages", 400), None
@@ -171,7 +181,11 @@ class FakeServer:
             return 400, _error("the fake server does not stream", 400), None
         meta = meta_from_request(body, request.headers.get("X-Rollout-Id", ""))
         faults = self.faults
-        if meta.rollout_id.startswith(faults.match):
+        faulty = meta.rollout_id.startswith(faults.match)
+        if faulty:
+            if faults.max_request_bytes is not None and len(raw) > faults.max_request_bytes:
+                message = f"request body of {len(raw)} bytes is over the limit of {faults.max_request_bytes}"
+                return 413, _error(message, 413), None
             if faults.hang:
                 await asyncio.sleep(faults.hang)
             if faults.fail_first_n or faults.rate_limit_first_n:  # count only then: a server must not grow
@@ -198,7 +212,11 @@ class FakeServer:
         finally:
             if self._owns_model:  # it keeps every request's identity for tests; a server must not grow
                 self.model.requests.clear()
-        return 200, completion_json(response, body, f"chatcmpl-{next(self._ids)}", self.config.model), None
+        reply = completion_json(response, body, f"chatcmpl-{next(self._ids)}", self.config.model)
+        message = reply["choices"][0]["message"]
+        if faulty and faults.lone_surrogates and isinstance(message["content"], str):
+            message["content"] += "\ud800"  # json.dumps writes it as the escape a strict decoder refuses
+        return 200, reply, None
 
 
 def _get(produce: Callable[[], Any]) -> Callable[[web.Request], Awaitable[web.Response]]:

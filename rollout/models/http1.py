@@ -6,9 +6,17 @@ rollouts in flight: request objects, header multidicts, the connector's bookkeep
 response). Talking to an OpenAI-compatible server takes far less: one request line and a few headers out,
 a status line, ``Content-Length`` or chunked body back. This does that on an ``asyncio.Protocol`` per
 connection, with an idle pool per address (newest first), and nothing else: no TLS, proxies, redirects,
-cookies or compression (``OpenAIModel`` uses aiohttp for those URLs). A pooled connection that the server
-closed while idle is replaced transparently; every other failure is a ``ConnectionFailed`` (retried by the
-caller) or ``asyncio.TimeoutError``.
+cookies or compression (``OpenAIModel`` uses aiohttp for those URLs). Responses are parsed by llhttp (through
+``httptools``, as aiohttp and uvicorn do): a malformed status line, chunk size or ``Content-Length`` is an
+error, never data.
+
+When a POST is resent (the whole rule): at most once per ``post()``, over a new connection, and only when the
+request went out on a *reused* idle connection that ended without a single byte of response — found closed
+when the request was written, or closed or reset by the server before it answered anything. That is how a
+server's keep-alive timeout racing our request looks. The server may have read the request even so (nobody
+can tell from outside), hence at most once. Never resent: a request on a new connection, a timeout, a
+response that started and was cut. Those are a ``ConnectionFailed`` or ``asyncio.TimeoutError`` for the
+caller, whose own retries are bounded and backed off (``OpenAIModel``).
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-MAX_HEAD = 64 * 1024
-"""Bytes a response's status line and headers may take."""
+import httptools
+
+Response = tuple[int, dict[str, str], bytes]
 
 
 class ConnectionFailed(ConnectionError):
@@ -27,20 +36,20 @@ class ConnectionFailed(ConnectionError):
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive connection; one request at a time."""
+    """One keep-alive connection; one request at a time. The parser calls the ``on_*`` methods."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reusable = True
+        self.answered = False
+        """Any byte of a response to the current request arrived (then it is never resent)."""
+        self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future | None = None
-        self._buf = bytearray()
-        self._head: tuple[int, dict[str, str]] | None = None
-        self._body_start = 0
-        self._length: int | None = None
-        self._chunked = False
-        self._until_close = False
-        self.got_bytes = False
+        self._status = 0
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._head_done = False
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -48,21 +57,17 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self._waiter is None or self._waiter.done():
-            self.reusable = False  # bytes nobody asked for: the stream is out of step
-            self.close()
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self.close()  # bytes nobody asked for: the stream is out of step
             return
-        self.got_bytes = True
-        self._buf += data
+        self.answered = True
         try:
-            done = self._parse()
-        except (ValueError, IndexError) as exc:
-            self.reusable = False
-            self._waiter.set_exception(ConnectionFailed(f"malformed HTTP response: {exc}"))
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self.close()
-            return
-        if done is not None:
-            self._waiter.set_result(done)
+            if not waiter.done():
+                waiter.set_exception(ConnectionFailed(f"malformed HTTP response: {exc or type(exc).__name__}"))
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost finishes or fails the response
@@ -71,13 +76,49 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self.reusable = False
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            if self._until_close and self._head is not None:
-                status, headers = self._head
-                waiter.set_result((status, headers, bytes(self._buf[self._body_start:])))
-            else:
-                reason = f": {exc}" if exc else ""
-                waiter.set_exception(ConnectionFailed(f"the server closed the connection{reason}"))
+        if waiter is None or waiter.done():
+            return
+        if exc is None and self._head_done and self._ends_with_connection():
+            waiter.set_result((self._status, self._headers, b"".join(self._body)))
+            return
+        reason = f": {exc}" if exc else ""
+        if self.answered:
+            got = sum(map(len, self._body))
+            message = f"the server closed the connection before the response ended ({got} body bytes){reason}"
+        else:
+            message = f"the server closed the connection without answering{reason}"
+        waiter.set_exception(ConnectionFailed(message))
+
+    # ---- httptools callbacks -------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim response: the real one follows
+            self._headers = {}
+            return
+        self._status, self._head_done = status, True
+        if not self._parser.should_keep_alive():
+            self.reusable = False
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        waiter = self._waiter
+        if not self._head_done:
+            return  # the end of an interim response
+        if waiter is None or waiter.done():
+            self.close()  # a second response to one request
+            return
+        waiter.set_result((self._status, self._headers, b"".join(self._body)))
+
+    def _ends_with_connection(self) -> bool:
+        """The response has no length of its own: its body is whatever came before a clean close."""
+        headers = self._headers
+        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -86,13 +127,13 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
 
-    async def request(self, data: bytes, timeout: float) -> tuple[int, dict[str, str], bytes]:
+    async def request(self, data: bytes, timeout: float) -> Response:
+        assert self.transport is not None
+        if self.closed or self.transport.is_closing():
+            raise ConnectionFailed("the connection closed before the request was written")
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
-        self._buf.clear()
-        self._head, self._length, self._chunked, self._until_close = None, None, False, False
-        self.got_bytes = False
-        assert self.transport is not None
+        self._status, self._headers, self._body, self._head_done, self.answered = 0, {}, [], False, False
         self.transport.write(data)
         timer = loop.call_later(timeout, self._time_out, waiter)
         try:
@@ -106,68 +147,10 @@ class _Connection(asyncio.Protocol):
             waiter.set_exception(asyncio.TimeoutError())
             self.close()
 
-    def _parse(self) -> tuple[int, dict[str, str], bytes] | None:
-        buf = self._buf
-        while self._head is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD:
-                    raise ValueError("headers too long")
-                return None
-            lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-            version, status_text = lines[0].split(" ", 2)[:2]
-            status = int(status_text)
-            headers = {}
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-            if 100 <= status < 200:  # an interim response: the real one follows
-                del buf[:end + 4]
-                continue
-            self._head, self._body_start = (status, headers), end + 4
-            connection = headers.get("connection", "").lower()
-            if connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive"):
-                self.reusable = False
-            if status in (204, 304):
-                self._length = 0
-            elif "chunked" in headers.get("transfer-encoding", "").lower():
-                self._chunked = True
-            elif "content-length" in headers:
-                self._length = int(headers["content-length"])
-            else:
-                self._until_close, self.reusable = True, False
-        status, headers = self._head
-        if self._length is not None:
-            if len(buf) - self._body_start < self._length:
-                return None
-            return status, headers, bytes(buf[self._body_start:self._body_start + self._length])
-        if self._chunked:
-            body = _dechunk(buf, self._body_start)
-            return None if body is None else (status, headers, body)
-        return None  # until the server closes
-
 
 def _clean(value: str) -> str:
     """A header value with line breaks removed: a task id cannot smuggle headers into a request."""
     return value.replace("\r", " ").replace("\n", " ")
-
-
-def _dechunk(buf: bytearray, pos: int) -> bytes | None:
-    """The body of a complete chunked message starting at ``pos``, or None while it is incomplete."""
-    parts = []
-    while True:
-        eol = buf.find(b"\r\n", pos)
-        if eol < 0:
-            return None
-        size = int(bytes(buf[pos:eol]).split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            trailer_end = buf.find(b"\r\n\r\n", eol) if buf[eol:eol + 4] != b"\r\n\r\n" else eol
-            return b"".join(parts) if trailer_end >= 0 else None
-        start = eol + 2
-        if len(buf) < start + size + 2:
-            return None
-        parts.append(bytes(buf[start:start + size]))
-        pos = start + size + 2
 
 
 class Http1Pool:
@@ -189,22 +172,24 @@ class Http1Pool:
         self.opened = 0
         """Connections opened so far (a pool that keeps opening them is losing them)."""
 
-    async def post(self, body: bytes, headers: dict[str, str] | None = None,
-                   timeout: float = 600.0) -> tuple[int, dict[str, str], bytes]:
+    async def post(self, body: bytes, headers: dict[str, str] | None = None, timeout: float = 600.0) -> Response:
         """(status, lower-cased headers, body) of one POST; ``headers`` are added to the fixed ones."""
         extra = "".join(f"{k}: {_clean(v)}\r\n" for k, v in headers.items()) if headers else ""
         data = self._head + f"{extra}Content-Length: {len(body)}\r\n\r\n".encode() + body
+        conn = self._take()
+        may_resend = conn is not None  # only a reused connection can have gone stale unseen
+        if conn is None:
+            conn = await self._connect()
         while True:
-            conn, reused = self._take(), True
-            if conn is None:
-                conn, reused = await self._connect(), False
             try:
-                status, response_headers, raw = await conn.request(data, timeout)
+                response = await conn.request(data, timeout)
             except ConnectionFailed:
                 conn.close()
-                if reused and not conn.got_bytes:  # the server dropped an idle connection: use another
-                    continue
-                raise
+                if not may_resend or conn.answered:
+                    raise
+                may_resend = False  # once, and over a new connection: the other idle ones may be as stale
+                conn = await self._connect()
+                continue
             except BaseException:
                 conn.close()
                 raise
@@ -212,7 +197,7 @@ class Http1Pool:
                 self._idle.append((conn, time.monotonic()))
             else:
                 conn.close()
-            return status, response_headers, raw
+            return response
 
     def _take(self) -> _Connection | None:
         now = time.monotonic()

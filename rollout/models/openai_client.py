@@ -31,6 +31,7 @@ from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models.http1 import ConnectionFailed, Http1Pool
 from rollout.models.openai_wire import (
     is_context_length_error,
+    loads_lenient,
     parse_response,
     parse_retry_after,
     raise_open_file_limit,
@@ -40,7 +41,11 @@ from rollout.models.openai_wire import (
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta
 
-CONTEXT_LENGTH_STATUSES = (400, 413, 422)
+CONTEXT_LENGTH_STATUSES = (400, 422)
+"""Statuses with which servers refuse a prompt past the context window (told apart by the body's wording)."""
+BODY_TOO_LARGE = 413
+"""The request body is over the server's (or its proxy's) limit: the conversation outgrew what the server takes,
+which is the token limit, whatever the body says (nginx's 413 is an HTML page)."""
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 """Retried like 5xx: timeouts, conflicts, too early, rate limits."""
 
@@ -193,6 +198,10 @@ class OpenAIModel:
                         last = f"HTTP 200 with a body that is not JSON: {snippet(raw.decode('utf-8', 'replace'))}"
                 elif status in CONTEXT_LENGTH_STATUSES and is_context_length_error(text):
                     raise ContextLengthExceeded(f"POST {self.url}: HTTP {status}: {snippet(text)}")
+                elif status == BODY_TOO_LARGE:
+                    raise ContextLengthExceeded(f"POST {self.url}: HTTP 413: the request ({len(payload)} bytes, "
+                                                f"the conversation so far) is over the server's body limit: "
+                                                f"{snippet(text)}")
                 elif status in RETRY_STATUSES or status >= 500:
                     last = f"HTTP {status}: {snippet(text)}"
                 else:
@@ -259,7 +268,12 @@ def _dumps(body: Any) -> bytes:
 
 
 def _loads(raw: bytes) -> Any:
-    return _orjson.loads(raw) if _orjson is not None else json.loads(raw)
+    if _orjson is not None:
+        try:
+            return _orjson.loads(raw)
+        except ValueError:  # invalid UTF-8 or lone surrogates: the lenient reading below
+            pass
+    return loads_lenient(raw)
 
 
 async def _close_at_loop_end(session: aiohttp.ClientSession, lean: Http1Pool | None) -> AsyncIterator[None]:

@@ -5,9 +5,11 @@ rollout identity in ``metadata``, replies (with vLLM's token ids), context-lengt
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 from typing import Any, Mapping
 
+from rollout.context import clean_text
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta, Usage
 
@@ -19,8 +21,12 @@ CONTEXT_LENGTH_MARKERS = (
     "longer than the model's context length",
     "exceeds the maximum context length",
     "input is too long",
+    "longer than the maximum model length",
+    "too long to fit into the model",
 )
-"""Lower-case phrases by which vLLM, SGLang and hosted APIs say the prompt no longer fits."""
+"""Lower-case phrases by which vLLM, SGLang and hosted APIs say the prompt no longer fits. vLLM's OpenAI layer
+says "maximum context length"; its input processor (token-id prompts, newer versions) says "... is longer than
+the maximum model length of N" or "... is too long to fit into the model"."""
 
 METADATA_FIELDS = ("rollout_id", "task_id", "sample_index", "attempt", "run_id")
 """The rollout identity as it travels in a request's ``metadata`` (all values strings)."""
@@ -114,6 +120,14 @@ def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
         "type": call.get("type") or "function",
         "function": {"name": fn.get("name") or "", "arguments": fn.get("arguments") or "{}"},
     }
+
+
+def loads_lenient(raw: bytes) -> Any:
+    """A reply body that a strict decoder (orjson) refused, read the way a lenient one can: invalid UTF-8 and
+    lone surrogate escapes (``"\\ud800"``, what a server's JSON encoder writes for broken text) become U+FFFD.
+    They are in the model's text, so they are the model's reply, not an outage: the agent's parser judges
+    it, and feeds a format error back when no action is left in it. ``ValueError`` if it is not JSON at all."""
+    return clean_text(json.loads(raw.decode("utf-8", errors="replace")))
 
 
 def is_context_length_error(body: str) -> bool:

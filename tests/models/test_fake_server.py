@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import openai
+import orjson
 import pytest
 
 from rollout.models import fake_tokens
@@ -112,6 +113,28 @@ def test_context_length_fault_uses_the_vllm_wording(server):
         f"This model's maximum context length is 3 tokens. However, you requested {n + 10} tokens"
     )
     assert is_context_length_error(json.dumps(body))
+
+
+def test_body_limit_fault_and_the_servers_own_limit_answer_a_counted_413(server):
+    http(server.root_url + "/admin/faults", {"match": "big-", "max_request_bytes": 200})
+    http(server.root_url + "/admin/stats", method="DELETE")
+    assert chat(server, "big-1")[0] == 200  # a short request passes
+    status, body, _ = chat(server, "big-1", messages=[{"role": "user", "content": "x" * 300}])
+    assert status == 413 and "over the limit of 200" in body["message"]
+    status, body, _ = chat(server, "any", messages=[{"role": "user", "content": "x" * 1_100_000}])  # aiohttp's 1 MiB
+    assert status == 413 and "Maximum request body size" in body["message"]
+    assert http(server.root_url + "/admin/stats")[1]["by_status"] == {"200": 1, "413": 2}
+
+
+def test_lone_surrogate_fault_writes_the_escape_a_strict_decoder_refuses(server):
+    http(server.root_url + "/admin/faults", {"match": "ls-", "lone_surrogates": True})
+    req = urllib.request.Request(server.url + "/chat/completions", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"messages": [], "metadata": {"rollout_id": "ls-1"}}).encode())
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        raw = resp.read()
+    assert b'"first\\ud800"' in raw and json.loads(raw)["choices"][0]["message"]["content"] == "first\ud800"
+    with pytest.raises(ValueError):
+        orjson.loads(raw)  # what OpenAIModel's fast path refuses
 
 
 def test_bad_faults_are_refused_naming_the_field(server):

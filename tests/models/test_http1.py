@@ -1,11 +1,13 @@
 """The built-in HTTP/1.1 client against real servers on 127.0.0.1: the fake OpenAI server, and raw asyncio
 servers that answer the way other servers do (chunked, interim 100, Connection: close, dropped idle
-connections, silence, garbage)."""
+connections, silence, garbage) or misbehave on purpose (hanging up on a POST, malformed framing, resets)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 from typing import Awaitable, Callable
 
 import pytest
@@ -186,3 +188,150 @@ def test_the_openai_model_gets_the_same_answers_over_either_client(client):
     reply, lean = run(main())
     assert "echo step 1" in reply.message["content"]
     assert lean is (client == "auto")
+
+
+def test_a_server_that_accepts_a_post_and_closes_without_answering_gets_it_at_most_twice():
+    # Twelve pooled connections, then a server that reads the request and hangs up without answering: one post()
+    # must not walk the whole pool (each arrival is a fresh generation on an LLM server).
+    dropped: list[bytes] = []
+
+    async def handler(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if b"generate" in request:
+            dropped.append(request)
+            return False  # read, then closed without a byte of response
+        await asyncio.sleep(0.05)  # held open together: the pool keeps twelve connections
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        return True
+
+    async def post(pool: Http1Pool) -> BaseException | None:
+        try:
+            await pool.post(b"generate")
+        except BaseException as exc:  # noqa: BLE001 - the test looks at which
+            return exc
+        return None
+
+    async def main():
+        server, url, _ = await raw_server(handler)
+        pool = Http1Pool(url, {})
+        await asyncio.gather(*(pool.post(b"warm up") for _ in range(12)))
+        pooled = len(pool._idle)
+        error = await post(pool)
+        pooled_arrivals = len(dropped)
+        fresh = Http1Pool(url, {})  # no idle connection: nothing to blame on a stale one
+        fresh_error = await post(fresh)
+        pool.close()
+        fresh.close()
+        server.close()
+        return pooled, error, pooled_arrivals, fresh_error, len(dropped) - pooled_arrivals
+
+    pooled, error, pooled_arrivals, fresh_error, fresh_arrivals = run(main())
+    assert pooled == 12
+    assert pooled_arrivals <= 2, f"one post() reached the server {pooled_arrivals} times"
+    assert isinstance(error, ConnectionFailed), "a retryable error, for the caller's bounded retries"
+    assert isinstance(fresh_error, ConnectionFailed)
+    assert fresh_arrivals == 1, "a request sent on a fresh connection is never resent"
+
+
+def test_a_keep_alive_race_is_resent_once_over_a_fresh_connection():
+    # The server answers one request per connection and hangs up on the next without answering (its keep-alive
+    # ran out as the request came): nothing was answered, so the request goes again over a new connection.
+    per_connection: dict[int, int] = {}
+
+    async def handler(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        seen = per_connection[id(writer)] = per_connection.get(id(writer), 0) + 1
+        if seen > 1:
+            return False
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        return True
+
+    async def main():
+        server, url, _ = await raw_server(handler)
+        pool = Http1Pool(url, {})
+        answers = [await pool.post(b"x") for _ in range(3)]
+        pool.close()
+        server.close()
+        return answers, pool.opened, sum(per_connection.values())
+
+    answers, opened, arrivals = run(main())
+    assert [a[2] for a in answers] == [b"ok"] * 3
+    assert opened == 3 and arrivals == 5
+
+
+MALFORMED = {
+    "hex-prefixed chunk size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                               b"0x10\r\n0123456789abcdef\r\n0\r\n\r\n",
+    "negative content-length": b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nhello",
+    "two content-lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\nhello",
+}
+
+
+@pytest.mark.parametrize("response", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_response_is_an_error_not_data(response):
+    async def handler(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(response)
+        return False
+
+    async def main():
+        server, url, _ = await raw_server(handler)
+        pool = Http1Pool(url, {})
+        try:
+            return await pool.post(b"x")
+        except ConnectionFailed as exc:
+            return exc
+        finally:
+            pool.close()
+            server.close()
+
+    out = run(main())
+    assert isinstance(out, ConnectionFailed), f"parsed as data: {out!r}"
+    assert "malformed HTTP response" in str(out)
+
+
+CUT = {
+    "content-length": (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", b'{"choices": [{"mess'),
+    "chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b'13\r\n{"choices": [{"mess\r\n'),
+    "until-close": (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", b'{"choices": [{"mess'),
+}
+
+
+@pytest.mark.parametrize("head,partial", CUT.values(), ids=CUT.keys())
+def test_a_body_cut_by_a_connection_reset_is_an_error_not_data(head, partial):
+    async def handler(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(head + partial)
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the partial body reaches the client before the reset
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+        writer.transport.abort()
+        return False
+
+    async def main():
+        server, url, _ = await raw_server(handler)
+        pool = Http1Pool(url, {})
+        try:
+            return await pool.post(b"x")
+        except ConnectionFailed as exc:
+            return exc
+        finally:
+            pool.close()
+            server.close()
+
+    out = run(main())
+    assert isinstance(out, ConnectionFailed), f"a cut body returned as data: {out!r}"
+    assert "before the response ended" in str(out)
+
+
+def test_a_body_that_ends_with_the_connection_is_whole_when_the_server_closes_cleanly():
+    async def handler(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+        return False
+
+    async def main():
+        server, url, _ = await raw_server(handler)
+        pool = Http1Pool(url, {})
+        out = await pool.post(b"x")
+        pool.close()
+        server.close()
+        return out
+
+    assert run(main())[::2] == (200, b"all of it")

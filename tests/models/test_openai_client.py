@@ -270,3 +270,96 @@ def test_two_thousand_concurrent_requests_through_one_client():
     assert stats["by_status"] == {"200": n}
     assert stats["max_in_flight"] > n // 2  # held together, not trickled through a small pool
     assert wall < 30
+
+
+@pytest.mark.parametrize("client", ["auto", "aiohttp"])
+def test_a_reply_with_lone_surrogate_escapes_is_read_with_replacement_characters_not_retried(client):
+    # What a JSON encoder writes for broken text ("\ud800"): the model's reply, not an outage.
+    async def go():
+        async with fake_server(FakeServerConfig(outputs=["half a character: \ud800 then more"])) as srv:
+            model = OpenAIModel(base_url=srv.url, http_client=client, backoff=0.01)
+            reply = await model.complete([{"role": "user", "content": "hi"}], meta=RequestMeta(rollout_id="s"))
+            await model.aclose()
+            return reply, srv.stats_json()["by_status"]
+
+    reply, by_status = asyncio.run(go())
+    assert reply.message["content"] == "half a character: \ufffd then more"
+    assert by_status == {"200": 1}, "one request: a reply that decodes with replacement is not retried"
+
+
+async def raw_reply_server(body: bytes, status: int = 200) -> tuple[asyncio.AbstractServer, str, list[int]]:
+    """Answers every request with ``body`` as an application/json reply with ``status``, counting requests."""
+    requests: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            requests.append(1)
+            writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (status, len(body), body))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", requests
+
+
+def test_a_reply_with_invalid_utf8_is_read_with_replacement_characters_not_retried():
+    body = b'{"choices": [{"message": {"role": "assistant", "content": "cut \xe2\x82 short"}}]}'
+
+    async def go():
+        server, url, requests = await raw_reply_server(body)
+        model = OpenAIModel(base_url=url, backoff=0.01)
+        try:
+            return await model.complete([{"role": "user", "content": "hi"}]), len(requests)
+        finally:
+            await model.aclose()
+            server.close()
+
+    reply, requests = asyncio.run(go())
+    assert reply.message["content"] == "cut \ufffd short" and requests == 1
+
+
+def test_a_history_over_the_servers_body_limit_is_the_token_limit_not_an_infra_failure(server):
+    # aiohttp (the fake server) refuses bodies over 1 MiB with 413, as a proxy in front of vLLM would at its own
+    # limit: the conversation has outgrown what the server takes, as with a context-length 400.
+    before = statuses(server)
+    with pytest.raises(ContextLengthExceeded) as err:
+        ask(model_for(server), "z" * 1_100_000, rollout_id="huge")
+    assert isinstance(err.value, TokenLimitExceeded)
+    assert "HTTP 413" in str(err.value) and "body limit" in str(err.value)
+    assert delta(before, statuses(server)) == {"413": 1}, "refused once, not retried"
+
+
+@pytest.mark.parametrize("message", [
+    "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, "
+    "1000 in the completion). Please reduce the length of the messages or completion.",
+    "The decoder prompt (length 5951) is longer than the maximum model length of 4096. Make sure that "
+    "`max_model_len` is no smaller than the number of text tokens.",
+    "The prompt (total length 25938) is too long to fit into the model (context length 4096). Make sure that "
+    "`max_model_len` is no smaller than the number of text tokens.",
+    "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+], ids=["vllm-openai", "vllm-decoder-prompt", "vllm-prompt-total", "sglang"])
+def test_context_length_rejections_as_vllm_and_sglang_word_them_are_the_token_limit(message):
+    body = json.dumps({"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}})
+
+    async def go():
+        server, url, requests = await raw_reply_server(body.encode(), 400)
+        model = OpenAIModel(base_url=url, backoff=0.01)
+        try:
+            await model.complete([{"role": "user", "content": "hi"}])
+        except BaseException as exc:  # noqa: BLE001 - the test looks at which
+            return exc, len(requests)
+        finally:
+            await model.aclose()
+            server.close()
+        return None, len(requests)
+
+    error, requests = asyncio.run(go())
+    assert isinstance(error, ContextLengthExceeded), error
+    assert requests == 1
