@@ -146,6 +146,8 @@ class Trajectory(Record):
     tools: list[dict[str, Any]] | None = None
     steps: list[Step] = Field(default_factory=list)
     exit_reason: ExitReason | None = None
+    exit_message: str | None = None
+    """Why the episode ended, in words (e.g. the server's refusal behind a ``token_limit``)."""
     submission: str | None = None
     env_reward: float = 0.0
     """Sum of rewards a step environment handed out along the way."""

@@ -161,6 +161,7 @@ def _result(task: Task, meta: RequestMeta, ctx: RolloutContext, outcome: BaseExc
         reason = outcome.exit_reason
         submission = getattr(outcome, "submission", None)
         traj.exit_reason, traj.submission = reason, submission
+        traj.exit_message = outcome.message or None
         if traj.steps:
             traj.steps[-1].termination_reason = reason
         return RolloutResult(status="completed", exit_reason=reason, submission=submission, **base)

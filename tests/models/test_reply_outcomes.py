@@ -60,6 +60,7 @@ def test_a_history_past_the_servers_body_limit_ends_as_the_token_limit(tmp_path)
     assert (result.status, result.exit_reason) == ("completed", ExitReason.TOKEN_LIMIT), result.error
     assert result.error is None and len(result.trajectory.steps) == 1
     assert "<returncode>0</returncode>" in result.trajectory.messages[-1]["content"]
+    assert "413" in result.trajectory.exit_message  # the record says why the episode ended
 
 
 def rollout_run(home: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
