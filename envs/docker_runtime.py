@@ -23,6 +23,8 @@ _BACKSTOP = 5.0
 (only if the in-container ``timeout`` could not, e.g. a process that left its group and kept the output open)."""
 _NO_INIT = "container-init binary not found"
 """podman's error when its init (catatonit) is not installed."""
+_SIGXFSZ_EXIT = 128 + 25
+"""Exit status of a command killed by SIGXFSZ, the signal for writing past the file size limit."""
 _engines_without_init: set[tuple[str, str | None]] = set()
 
 
@@ -60,6 +62,10 @@ class DockerRuntimeConfig(StrictModel):
     none (podman without catatonit), a shell waiting on the TTL timer is PID 1 and reaps instead."""
     ttl: float = Field(4 * 3600, gt=0)
     """Seconds after which the container stops and removes itself, whatever happens to this process."""
+    die_with_owner: bool = True
+    """The container stops and removes itself as soon as the process that started it dies, even of SIGKILL
+    (a dead-man's switch: its main process reads a stream this process holds open). False: only close(),
+    the exit hooks, the TTL and `rollout gc` remove it (e.g. to look into a container after a crash)."""
     shell: list[str] = Field(default_factory=lambda: ["bash", "-lc"], min_length=1)
     """Argv the command string is appended to."""
     timeout: float = Field(30.0, gt=0)
@@ -74,7 +80,15 @@ class DockerRuntimeConfig(StrictModel):
     """Extra container labels (ours, ``rollout-farm.*``, are always set)."""
     ulimits: dict[str, int | str] | None = None
     """Resource limits, ``{"nofile": "20000:20000", "nproc": 4096}``; none: the engine's defaults, except that
-    podman gets nofile=20000:20000 and nproc=4096:4096 (its own defaults fail to apply in nested containers)."""
+    podman gets nofile=20000:20000 and nproc=4096:4096 (its own defaults fail to apply in nested containers).
+    An ``fsize`` here overrides ``max_file_size``."""
+    max_file_size: str | None = Field("1g", pattern=r"^[0-9]+[bkmgBKMG]?$")
+    """Largest file a command may write (ulimit fsize, e.g. "1g", "64m"): a writer past it gets SIGXFSZ
+    ("File size limit exceeded"), so `dd` or `yes > f` cannot fill the engine's disk. None: no limit."""
+    disk: str | None = Field("10g", pattern=r"^[0-9]+[bkmgBKMG]?$")
+    """Size limit of the container's writable layer (``--storage-opt size``), where the storage driver
+    supports it (overlay2 on xfs with pquota, devicemapper, btrfs, zfs); elsewhere skipped, logged once.
+    None: no limit."""
     warm_pool: int = Field(0, ge=0)
     """Containers of this config kept started ahead in this process, so a rollout's first command does
     not wait for a container start (0: none). Each is handed to one rollout only; the pool refills in
@@ -112,6 +126,7 @@ class DockerRuntime:
         """Predictable and readable: rf-<run>-<rollout>-<random>."""
         self.container_id: str | None = None
         self._api: Any = None
+        self._switch: Any = None
         self._started_at = 0.0
         self._closed = False
         self._running: set[ExecJob] = set()
@@ -143,9 +158,9 @@ class DockerRuntime:
 
     def _adopt(self, donor: DockerRuntime) -> None:
         """Take over a started container from the pool (its labels say rollout "pool")."""
-        self._api, self.container_id, self._started_at, self.name = (
-            donor._api, donor.container_id, donor._started_at, donor.name)
-        donor.container_id, donor._closed = None, True
+        self._api, self.container_id, self._started_at, self.name, self._switch = (
+            donor._api, donor.container_id, donor._started_at, donor.name, donor._switch)
+        donor.container_id, donor._switch, donor._closed = None, None, True
 
     async def exec(
         self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
@@ -174,6 +189,9 @@ class DockerRuntime:
         if returncode == 137 and not timed_out and ended == "eof":
             await engines.in_pool(self._check_alive)  # SIGKILL from outside: the container itself may be gone
             output += f"\n[killed (out of memory?): the command got SIGKILL; the memory limit is {cfg.memory}]\n"
+        if returncode == _SIGXFSZ_EXIT and cfg.max_file_size is not None:
+            output += (f"\n[File size limit exceeded: a file reached max_file_size ({cfg.max_file_size}); "
+                       f"the writer was stopped]\n")
         return ExecResult(output=output, returncode=returncode, timed_out=timed_out,
                           truncated=job.output.truncated, duration=duration)
 
@@ -206,22 +224,30 @@ class DockerRuntime:
         key = (self.engine, cfg.base_url)
         labels = {**cfg.labels, containers.RUN_LABEL: self.run_id, containers.ROLLOUT_LABEL: self.rollout_id,
                   **containers.owner_labels()}
-        ulimits = cfg.ulimits if cfg.ulimits is not None else (_PODMAN_ULIMITS if self.engine == "podman" else {})
+        ulimits = dict(cfg.ulimits if cfg.ulimits is not None else (_PODMAN_ULIMITS if self.engine == "podman" else {}))
+        if cfg.max_file_size is not None:
+            ulimits.setdefault("fsize", docker_start.size_bytes(cfg.max_file_size))
+        disk = cfg.disk is not None and docker_start.disk_supported(api, key)
         engine_init = cfg.init and key not in _engines_without_init
-        ttl = str(max(1, round(cfg.ttl)))
-        # The TTL timer is the main process: when it ends the container stops, and auto-remove deletes it.
-        command = ["sleep", ttl] if engine_init or not cfg.init else ["sh", "-c", 'sleep "$0" & wait', ttl]
+        command = docker_start.main_command(cfg.ttl, cfg.init and not engine_init, cfg.die_with_owner)
         host_config = api.create_host_config(
             network_mode=cfg.network, mem_limit=cfg.memory, memswap_limit=cfg.memory, nano_cpus=int(cfg.cpus * 1e9),
             pids_limit=cfg.pids_limit, cap_drop=["ALL"], cap_add=cfg.cap_add or None, security_opt=cfg.security_opt,
             init=engine_init, auto_remove=True, ulimits=[docker_start.ulimit(k, v) for k, v in ulimits.items()] or None,
+            storage_opt={"size": cfg.disk} if disk else None,
         )
         try:
+            # stdin_open without detach: the SDK then sets StdinOnce, so the engine closes the main process's
+            # stdin when the switch's stream closes.
             created = api.create_container(cfg.image, command, name=self.name, labels=labels, environment=cfg.env,
-                                           working_dir=cfg.workdir, host_config=host_config, detach=True)
+                                           working_dir=cfg.workdir, host_config=host_config,
+                                           stdin_open=cfg.die_with_owner, detach=not cfg.die_with_owner)
         except Exception as exc:
             if engine_init and _NO_INIT in str(exc):
                 _engines_without_init.add(key)
+                return self._start_blocking(pulled)
+            if disk and docker_start.is_disk_refusal(exc):
+                docker_start.disk_refused(key, explain(exc))
                 return self._start_blocking(pulled)
             if status(exc) == 404 and "image" in str(exc).lower() and cfg.pull == "missing" and not pulled:
                 self._pull(api)
@@ -229,13 +255,18 @@ class DockerRuntime:
             raise docker_start.start_error(exc, cfg.image, self.engine) from exc
         cid = created["Id"]
         containers.track(cid, self.engine, cfg.base_url, self.name)
+        switch = None
         try:
+            if cfg.die_with_owner:  # attached before the start: the container never runs without its switch
+                switch = docker_start.attach_switch(api, cid)
             api.start(cid)
         except Exception as exc:
             docker_start.quiet_remove(api, cid)
             containers.untrack(cid)
+            if switch is not None:
+                docker_start.release_switch(switch)
             raise docker_start.start_error(exc, cfg.image, self.engine) from exc
-        self._api, self.container_id, self._started_at = api, cid, time.monotonic()
+        self._api, self.container_id, self._switch, self._started_at = api, cid, switch, time.monotonic()
         if self._closed:  # close() ran while we were starting
             self._remove()
 
@@ -275,6 +306,9 @@ class DockerRuntime:
     def _remove(self) -> None:
         docker_start.quiet_remove(self._api, self.container_id)
         containers.untrack(self.container_id)
+        if self._switch is not None:  # after the removal, which is then prompt and certain; this frees the socket
+            docker_start.release_switch(self._switch)
+            self._switch = None
 
     def _check_open(self) -> str:
         if self._closed:

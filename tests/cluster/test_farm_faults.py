@@ -174,3 +174,38 @@ def _processes_mentioning(text: str) -> list[int]:
         if text in cmdline:
             found.append(int(entry.name))
     return found
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["ray", "local"])
+def test_sigkill_of_a_docker_runs_driver_leaves_no_container_10s_later(base_image, tmp_path, backend):
+    if backend == "ray":
+        pytest.importorskip("ray")
+    run_id = f"kill-driver-{backend}"
+    runtime = {"type": "docker", "image": base_image, "cpus": 0.25, "memory": "256m"}
+    config = write_run(tmp_path, run_id, n_tasks=8, pause=120, runtime=runtime, farm={"backend": backend})
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"))
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "cluster", "run", str(config), "run.concurrency=4"], env=env,
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and len(labelled(run_id)) < 2 and proc.poll() is None:
+            time.sleep(0.1)
+        assert len(labelled(run_id)) >= 2, "the run's rollouts are in flight in their containers"
+        os.kill(proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait(timeout=30)
+        while time.monotonic() - killed < 10 and labelled(run_id):
+            time.sleep(0.1)
+        left = labelled(run_id)
+        print(f"{backend}: containers gone {time.monotonic() - killed:.2f}s after the driver's SIGKILL")
+    finally:
+        for pid in _processes_mentioning(str(ray_tmp)):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        subprocess.run(["docker", "rm", "-f", *labelled(run_id)], capture_output=True)
+    assert left == [], "10 s after the driver's SIGKILL its run's containers are gone"

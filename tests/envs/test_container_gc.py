@@ -32,7 +32,9 @@ image, run_id, count, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.arg
 if mode == "previous-handler":
     signal.signal(signal.SIGTERM, lambda s, f: (print("previous handler ran", flush=True), sys.exit(0)))
 async def main():
-    runtimes = [DockerRuntime({"image": image}, run_id=run_id, rollout_id=f"r{i}") for i in range(count)]
+    # without the dead-man's switch, so that what a killed process leaves is there to collect
+    config = {"image": image, "die_with_owner": False}
+    runtimes = [DockerRuntime(config, run_id=run_id, rollout_id=f"r{i}") for i in range(count)]
     await asyncio.gather(*(r.start() for r in runtimes))
     return runtimes
 runtimes = asyncio.run(main())

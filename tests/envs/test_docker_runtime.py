@@ -245,3 +245,27 @@ def test_bad_config_names_the_field():
     assert caught.value.field == "runtime.memory"
     with pytest.raises(ConfigError, match="runtime.network"):
         DockerRuntime({"network": "host"})
+    with pytest.raises(ConfigError, match="runtime.max_file_size"):
+        DockerRuntime({"max_file_size": "huge"})
+
+
+def test_a_disk_filler_stops_at_the_file_size_limit_and_the_container_stays_usable(base_image):
+    async def scenario(rt):
+        dd = await rt.exec("dd if=/dev/zero of=big bs=1M count=5000", timeout=120)
+        flood = await rt.exec("yes > flood", timeout=120)
+        sizes = await rt.exec("stat -c %s big flood")
+        return dd, flood, sizes, await rt.exec("echo alive")
+
+    dd, flood, sizes, after = run(scenario, runtime(base_image, max_file_size="64m"))
+    for result in (dd, flood):
+        assert result.returncode != 0 and not result.timed_out, result
+        assert "File size limit exceeded" in result.output, result
+    assert [int(n) for n in sizes.output.split()] == [64 << 20, 64 << 20]
+    assert after.output == "alive\n"
+
+
+def test_files_are_limited_to_a_gibibyte_by_default(base_image):
+    async def scenario(rt):
+        return (await rt.exec("ulimit -f")).output  # in 1024-byte blocks
+
+    assert run(scenario, runtime(base_image)) == "1048576\n"

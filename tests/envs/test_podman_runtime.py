@@ -59,16 +59,18 @@ def test_runaway_commands_are_stopped_and_the_container_stays_usable(podman_imag
                 break
             await asyncio.sleep(0.25)
         devices = (await rt.exec("cat /proc/net/dev")).output
-        return sleeper, seconds, ps, bomb, hog, after, devices
+        disk = await rt.exec("dd if=/dev/zero of=big bs=1M count=5000; stat -c %s big", timeout=120)
+        return sleeper, seconds, ps, bomb, hog, after, devices, disk
 
-    rt = runtime(podman_image, memory="256m", pids_limit=256)
-    sleeper, seconds, ps, bomb, hog, after, devices = run(scenario, rt)
+    rt = runtime(podman_image, memory="256m", pids_limit=256, max_file_size="64m")
+    sleeper, seconds, ps, bomb, hog, after, devices, disk = run(scenario, rt)
     assert sleeper.timed_out and 3 <= seconds < 3 + 2 + 5
     assert "sleep 1000" not in ps and " Z" not in ps, ps
     assert bomb.timed_out and "Resource temporarily unavailable" in bomb.output
     assert hog.returncode != 0 and ("MemoryError" in hog.output or "out of memory" in hog.output), hog
     assert after.output == "alive\n"
     assert [line.split(":")[0].strip() for line in devices.splitlines()[2:]] == ["lo"]
+    assert "File size limit exceeded" in disk.output and disk.output.split()[-1] == str(64 << 20), disk
 
 
 def test_podman_containers_are_labelled_and_collected(podman_image):
