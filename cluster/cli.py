@@ -1,10 +1,12 @@
 """The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
-``rollout images base|build``, ``rollout eval``, ``rollout gc`` and ``rollout fake-server``.
+``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout gc`` and ``rollout fake-server``.
 
-Exit codes of ``rollout run``: 0 every rollout has a task outcome; 2 bad config, dataset or a changed run, or a
-check that fails before any work (one line naming the field; nothing written); 3 some rollouts ended
-``infra_failed`` for good (the summary gives the first message of each error type); 130 interrupted (re-run the
-same command to resume). ``rollout status`` exits 0 whatever the run's state, 2 when no such run exists.
+Exit codes of ``rollout run``: 0 every rollout has a task outcome; 2 bad config, dataset, a changed run (config
+or dataset rows), a run directory another run is writing, or a check that fails before any work (one line naming
+the field; nothing written); 3 some rollouts ended ``infra_failed`` for good (the summary gives the first message
+of each error type); 130 interrupted (re-run the same command to resume). ``rollout status`` exits 0 whatever
+the run's state, 2 when no such run exists. ``rollout repair`` exits 0 (also when nothing needed repair), 2 when
+no such run exists or a run is writing it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--stall", type=float, default=60.0, metavar="SECONDS",
                         help="flag in-flight rollouts without progress for this long as STALLED (default 60)")
     status.add_argument("--watch", action="store_true", help="redraw every 2 seconds until the run is over")
+
+    repair = sub.add_parser("repair", help="move damaged lines of a run's results.jsonl to results.bad.jsonl")
+    repair.add_argument("run", metavar="RUN_DIR_OR_RUN_ID", help="a run directory, or a run id under $ROLLOUT_HOME")
 
     images = sub.add_parser("images", help="build container images offline: the base image, per-instance images",
                             add_help=False)
@@ -88,6 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"interrupted; finished rollouts are in {job.run_dir}; run the same command to resume",
               file=sys.stderr)
         return 130
+    finally:
+        job.store.close()
     failed = summary["rollouts"]["infra_failed"]
     if failed:
         # `ray job submit` and CI see a run that did not do its work as failed, not as success
@@ -121,6 +128,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
 
 
+def cmd_repair(args: argparse.Namespace) -> int:
+    from cluster import live
+    from rollout.run_store import RunStore
+
+    try:
+        run_dir = live.find_run_dir(args.run)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    with RunStore(run_dir) as store:
+        done = store.repair()
+    if not done["moved"]:
+        print(f"{store.results_path}: all {done['kept']} line(s) are results; nothing to repair")
+        return 0
+    for line, why in done["moved"]:
+        print(f"line {line}: {why}")
+    print(f"moved {len(done['moved'])} line(s) to {store.bad_path}; kept {done['kept']}; "
+          "re-run the run's command to run their rollouts again")
+    return 0
+
+
 def cmd_fake_server(args: argparse.Namespace) -> int:
     from rollout.models.fake_server import FakeServerConfig, serve
 
@@ -150,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "status":
             return cmd_status(args)
+        if args.command == "repair":
+            return cmd_repair(args)
         if args.command == "gc":
             from envs.containers import run_gc
 

@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "repo_path); local: a host workspace with repo_path cloned (runs the tests unisolated)")
     parser.add_argument("--workers", type=int, default=2, help="instances graded at a time (default 2)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the tests of one instance may run")
+    parser.add_argument("--allow-outside-paths", action="store_true", help="let repo_path be absolute or lead out "
+                        "of the dataset's directory (refused by default: a dataset must not reach any host path)")
     parser.add_argument("--model", default=None, help="model name in the report paths (default: the predictions' "
                         "model_name_or_path)")
     return parser
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
               f"into {where}", flush=True)
         summary = asyncio.run(evaluate(args.dataset, args.predictions, run_id=run_id, out_root=where,
                                        runtime=args.runtime, workers=args.workers, eval_timeout=args.timeout,
-                                       model_name=args.model, progress=lambda line: print(line, flush=True)))
+                                       model_name=args.model, progress=lambda line: print(line, flush=True),
+                                       allow_outside_paths=args.allow_outside_paths))
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--parallel", type=int, default=2, help="builds at a time")
     build.add_argument("--force", action="store_true", help="rebuild images that exist, without the build cache")
     build.add_argument("--network", action="store_true", help="let install_cmd reach the network during the build")
+    build.add_argument("--allow-outside-paths", action="store_true", help="let repo_path be absolute or lead out of "
+                       "the dataset's directory (refused by default: a dataset must not reach any host path)")
 
     prune = sub.add_parser("prune", help="remove the least recently used per-instance images beyond a disk budget "
                            "(never the base image, nor one a container uses)")
@@ -54,10 +56,13 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     if args.parallel < 1:
         raise ConfigError(f"must be at least 1, got {args.parallel}", "--parallel")
-    load_tasks(args.dataset)  # a bad dataset is exit 2, before a minute goes into the base image
+    from envs.swe_env import check_grading_fields
+
+    # a bad dataset is exit 2, before a minute goes into the base image
+    load_tasks(args.dataset, check_grading_fields, allow_outside_paths=args.allow_outside_paths)
     ensure_image(args.base)
     report = build_instance_images(args.dataset, base=args.base, parallelism=args.parallel, force=args.force,
-                                   network=args.network)
+                                   network=args.network, allow_outside_paths=args.allow_outside_paths)
     print(f"built {len(report.built)}, skipped {len(report.skipped)} (present), failed {len(report.failed)}"
           + (f"; {len(report.ignored)} rows name their own image or have no repo_path" if report.ignored else ""))
     for ident, error in report.failed:

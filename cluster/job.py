@@ -20,7 +20,7 @@ from cluster.local_backend import LocalBackend
 from cluster.swe_outputs import model_name, write_swe_outputs
 from cluster.run_config import RunConfig
 from rollout.config import load_config, validate
-from rollout.dataset import load_tasks, select
+from rollout.dataset import load_tasks, row_hash, select
 from rollout.manifest import build_manifest
 from rollout.records import RolloutResult, Task
 from rollout.resume import Plan
@@ -86,7 +86,7 @@ def prepare(
     if config.dataset.generate:
         generate = Registry("dataset generator", {}).load(config.dataset.generate, field="dataset.generate")
         dataset_path = Path(generate(dataset_path.parent))
-    tasks = load_tasks(dataset_path, composer.row_check())
+    tasks = load_tasks(dataset_path, composer.row_check(), allow_outside_paths=config.dataset.allow_outside_paths)
     tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
     composer.bind_tasks(tasks)
     preflight.check(config, composer, tasks)  # before the run directory: a run that cannot work writes nothing
@@ -95,9 +95,11 @@ def prepare(
     resolved["dataset"]["path"] = str(dataset_path)
     seeds = {"base": config.run.seed, "per_sample": "base + sample_index"}
     store = RunStore(run_dir)
-    store.open(resolved, build_manifest(resolved, dataset_path, seeds), new_run=new_run)
+    rows = {t.task_id: row_hash(t) for t in tasks}
+    store.open(resolved, build_manifest(resolved, dataset_path, seeds, rows), new_run=new_run)
     plan = store.plan(tasks, config.run.samples, config.run.max_attempts, retry_infra)
-    for note in notes:
+    damaged = store.describe_bad_lines()
+    for note in notes + ([damaged] if damaged else []):
         print(note, file=out, flush=True)
     return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out)
 
@@ -156,7 +158,7 @@ async def execute(job: Job) -> dict[str, Any]:
         await close_all()
         if server is not None:
             await server.stop()
-        job.store.close()
+        job.store.close_results()
     wall = time.perf_counter() - t0
     summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
                         wall_seconds=wall, ran=len(finished))
@@ -168,6 +170,7 @@ async def execute(job: Job) -> dict[str, Any]:
                                               "resolved_instances", "unresolved_instances", "empty_patch_instances",
                                               "error_instances") if k in swe}
     job.store.write_summary(summary)
+    job.store.close()  # the run's last write: another run may take the directory now
     print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
     say(f"run directory: {job.run_dir}")
     return summary

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rollout.config import StrictModel
+from rollout.paths import name_problem
 
 
 class DatasetConfig(StrictModel):
@@ -26,6 +27,9 @@ class DatasetConfig(StrictModel):
     generate: str | None = None
     """Dotted path of ``fn(out_dir) -> path`` that (re)writes the dataset before loading (cached by the
     generator), e.g. ``envs.swe_mini:build`` for the bundled SWE benchmark."""
+    allow_outside_paths: bool = False
+    """Let a row's ``repo_path`` be absolute or lead out of the dataset's directory. Off: such a row is refused
+    when the dataset loads, so a dataset from elsewhere cannot make the farm read or copy any host path."""
 
 
 class RunOptions(StrictModel):
@@ -97,7 +101,15 @@ class Profile(StrictModel):
 
 class RunConfig(StrictModel):
     run_id: str | None = None
-    """Default: the (first) config file's stem."""
+    """Default: the (first) config file's stem. One directory level: no / or \\, not . or .."""
+
+    @field_validator("run_id")
+    @classmethod
+    def _one_level(cls, value: str | None) -> str | None:
+        problem = None if value is None else name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
     model: dict[str, Any]
     agent: dict[str, Any] = Field(default_factory=lambda: {"type": "tool_calling"})
     environment: dict[str, Any] = Field(default_factory=lambda: {"type": "shell"})

@@ -37,14 +37,14 @@ class BuildReport:
 
 def build_instance_images(dataset_path: str | Path, base: str = DEFAULT_BASE_IMAGE, parallelism: int = 2,
                           force: bool = False, progress: Callable[[str], Any] = print,
-                          network: bool = False) -> BuildReport:
+                          network: bool = False, allow_outside_paths: bool = False) -> BuildReport:
     """Build ``FROM base`` an image per row with ``repo_path``: the repo at ``base_commit`` in /testbed,
     ``install_cmd`` run at build time (without network unless ``network``). Present images are skipped;
-    a failed row is reported and the others go on."""
+    a failed row is reported and the others go on. ``allow_outside_paths``: see ``rollout.dataset.load_tasks``."""
     if parallelism < 1:
         raise ConfigError(f"must be at least 1, got {parallelism}", "parallel")
     dataset_path = Path(dataset_path)
-    tasks = load_tasks(dataset_path)
+    tasks = load_tasks(dataset_path, allow_outside_paths=allow_outside_paths)
     report = BuildReport()
     # A row naming its image means a prebuilt one: never overwrite a user's tag.
     todo = [t for t in tasks if t.data.get("repo_path") and not any(t.data.get(k) for k in NAME_FIELDS)]

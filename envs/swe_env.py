@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shlex
 from typing import Any, Callable, Literal
 
 from pydantic import Field, field_validator
 
 from envs.image_gc import parse_size
 from envs.image_names import image_for
+from envs.swe_patch import diff_paths
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
 from rollout.config import StrictModel
 from rollout.protocols import EnvReset, Runtime
@@ -57,11 +60,28 @@ class SweEnvironmentConfig(StrictModel):
         return None if self.image_budget is None else parse_size(self.image_budget)
 
 
+COMMIT_ISH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]{0,199}")
+"""A commit sha, branch, tag or ``HEAD~1``-style expression: never an option, never shell syntax."""
+
+
 def check_row(task: Task) -> None:
     """A SWE row's fields, checked when the dataset loads (the loader adds the line number)."""
     for name in REQUIRED:
         if not isinstance(task.data.get(name), str) or not task.data[name]:
             raise ValueError(f"field {name}: missing or not a string")
+    check_grading_fields(task)
+
+
+def check_grading_fields(task: Task) -> None:
+    """The fields grading reads, checked when a dataset loads (for a run and for ``rollout eval``):
+    ``base_commit`` a commit or ref name, ``test_patch`` a diff, the test id lists lists of strings."""
+    commit = task.data.get("base_commit")
+    if commit is not None and (not isinstance(commit, str) or COMMIT_ISH.fullmatch(commit) is None
+                               or ".." in commit or commit.endswith((".lock", "/", "."))):
+        raise ValueError(f"field base_commit: {str(commit)[:80]!r} is not a commit sha or ref name")
+    problem = diff_problem(task.data.get("test_patch"))
+    if problem:
+        raise ValueError(f"field test_patch: {problem}")
     for name in LIST_FIELDS:
         value = task.data.get(name, [])
         if isinstance(value, str):
@@ -72,6 +92,25 @@ def check_row(task: Task) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"field {name}: must be a list of test ids")
         task.data[name] = value
+
+
+def diff_problem(patch: object) -> str | None:
+    """Why ``patch`` (a row's ``test_patch``) is not a diff that ``git apply`` could take, or None. Empty or
+    absent is fine (the tests are already in the repository)."""
+    if patch is None or patch == "":
+        return None
+    if not isinstance(patch, str):
+        return f"must be a string holding a diff, got {type(patch).__name__}"
+    first = patch.strip().splitlines()[0][:60] if patch.strip() else ""
+    if not diff_paths(patch):
+        return f"not a diff (no file header such as 'diff --git a/... b/...' or '--- a/...'; starts {first!r})"
+    if _CHANGE.search(patch) is None:
+        return f"a diff header without any change (no '@@' hunk, mode, rename or binary part; starts {first!r})"
+    return None
+
+
+_CHANGE = re.compile(r"^(@@ -\d+(,\d+)? \+\d+(,\d+)? @@|GIT binary patch|rename from |copy from |new file mode |"
+                     r"deleted file mode |old mode )", re.M)
 
 
 class SweEnvironment:
@@ -137,7 +176,7 @@ class SweEnvironment:
             return submission, "submission"
         if self.config.fallback_patch == "diff" and self.shell is not None and self.task is not None:
             base = self.task.data["base_commit"]
-            out = await self.runtime.exec(f"git add -A && git diff --cached --binary {base}", cwd=self.repo_dir,
+            out = await self.runtime.exec(f"git add -A && git diff --cached --binary {shlex.quote(base)} --", cwd=self.repo_dir,
                                           timeout=120)
             if out.returncode == 0 and out.output.strip():
                 return out.output, "diff"

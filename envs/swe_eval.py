@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from envs.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for
 from envs.prepared_runtime import PreparedRepoRuntime
+from envs.swe_env import check_grading_fields
 from envs.swe_grading import grade
 from envs.swe_reports import (
     KEY_MODEL,
@@ -25,6 +26,7 @@ from envs.swe_reports import (
 )
 from rollout.dataset import load_tasks
 from rollout.errors import ConfigError
+from rollout.paths import name_problem
 from rollout.protocols import Runtime
 from rollout.records import Task
 
@@ -41,7 +43,8 @@ DEFAULT_MODEL = "model"
 async def evaluate(dataset_path: str | Path, predictions_path: str | Path, *, run_id: str, out_root: str | Path,
                    runtime: RuntimeKind = "docker", workers: int = 2, eval_timeout: float = 1800,
                    model_name: str | None = None, progress: Callable[[str], Any] = print,
-                   base_image: str = DEFAULT_BASE_IMAGE, local_env: Mapping[str, str] = LOCAL_ENV) -> dict[str, Any]:
+                   base_image: str = DEFAULT_BASE_IMAGE, local_env: Mapping[str, str] = LOCAL_ENV,
+                   allow_outside_paths: bool = False) -> dict[str, Any]:
     """Grade every non-empty prediction for an instance of the dataset, ``workers`` at a time, each in a
     fresh runtime: a container of the instance's image (``runtime="docker"``; missing images of rows with
     ``repo_path`` are built first) or a host workspace with ``repo_path`` cloned at ``base_commit``
@@ -49,14 +52,16 @@ async def evaluate(dataset_path: str | Path, predictions_path: str | Path, *, ru
     ``logs/run_evaluation/<run_id>/<model>/<instance_id>/`` files and ``<model>.<run_id>.json`` under
     ``out_root``; returns that run report. Bad input (files, unknown ids, a row the runtime cannot grade) is
     a ``ConfigError`` before any grading; an instance whose grading fails is an error in the report.
-    ``local_env``: environment variables of the local runtime's commands, over the host's."""
+    ``local_env``: environment variables of the local runtime's commands, over the host's.
+    ``allow_outside_paths``: ``repo_path`` may be absolute or lead out of the dataset's directory."""
     if runtime not in ("docker", "local"):
         raise ConfigError(f"must be docker or local, got {runtime!r}", "runtime")
     if workers < 1:
         raise ConfigError(f"must be at least 1, got {workers}", "workers")
-    if not run_id or "/" in run_id or run_id in (".", ".."):
-        raise ConfigError(f"{run_id!r} cannot name a directory", "run_id")
-    tasks = load_tasks(dataset_path)
+    problem = name_problem(run_id)
+    if problem:
+        raise ConfigError(problem, "run_id")
+    tasks = load_tasks(dataset_path, check_grading_fields, allow_outside_paths=allow_outside_paths)
     predictions = load_predictions(predictions_path)
     by_id = {t.task_id: t for t in tasks}
     unknown = sorted(set(predictions) - set(by_id))
@@ -64,6 +69,10 @@ async def evaluate(dataset_path: str | Path, predictions_path: str | Path, *, ru
         raise ConfigError(f"{len(unknown)} prediction(s) for instances not in the dataset: {', '.join(unknown[:5])}",
                           str(predictions_path))
     model = model_name or next((str(p[KEY_MODEL]) for p in predictions.values() if p.get(KEY_MODEL)), DEFAULT_MODEL)
+    problem = name_problem(model.replace("/", "__"))  # a directory of the report tree
+    if problem:
+        raise ConfigError(f"the model name: {problem}",
+                          "--model" if model_name else str(predictions_path))
     todo = [by_id[i] for i in predictions if predictions[i].get(KEY_PREDICTION) not in ("", None)]
     for ident in sorted(set(predictions) - {t.task_id for t in todo}):
         progress(f"{ident}: empty patch, not evaluated")

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from envs.pytest_log import FAILED, FAILING, PASSING
 from rollout.errors import ConfigError
+from rollout.paths import under
 from rollout.records import Record
 
 KEY_INSTANCE_ID, KEY_MODEL, KEY_PREDICTION = "instance_id", "model_name_or_path", "model_patch"
@@ -152,8 +153,12 @@ def load_predictions(path: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def instance_log_dir(root: str | Path, run_id: str, model: str, instance_id: str) -> Path:
-    """``<root>/logs/run_evaluation/<run_id>/<model with / as __>/<instance_id>``."""
-    return Path(root) / RUN_EVALUATION_DIR / run_id / model.replace("/", "__") / instance_id
+    """``<root>/logs/run_evaluation/<run_id>/<model with / as __>/<instance_id>``, checked to stay inside
+    ``<root>/logs/run_evaluation`` (ids come from data: a ``PathOutsideRoot`` rather than a write elsewhere)."""
+    top = Path(root) / RUN_EVALUATION_DIR
+    where = top / run_id / model.replace("/", "__") / instance_id
+    under(top, where)
+    return where
 
 
 def write_instance_report(root: str | Path, run_id: str, model: str, instance_id: str,

@@ -7,8 +7,9 @@ A row is either already in ``Task`` shape (``task_id``, ``prompt``, ``messages``
 and ``metadata`` goes into ``data`` — so SWE rows keep ``instance_id`` and
 ``problem_statement`` there, where environments and verifiers look for them.
 
-Every problem is a ``ConfigError`` naming the file and the 1-based line, raised before any
-work starts.
+Every problem is a ``ConfigError`` naming the file, the 1-based line and the field, raised before any
+work starts. Rows are input nobody vetted: task ids must be safe file names (``rollout.paths``), and a
+``repo_path`` must stay inside the dataset's directory unless the caller allows outside paths.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Callable, Any, Iterable
 from pydantic import ValidationError
 
 from rollout.errors import ConfigError
+from rollout.paths import id_problem
 from rollout.records import Task
 
 ID_KEYS = ("task_id", "instance_id", "id")
@@ -31,10 +33,13 @@ TASK_FIELDS = frozenset(Task.model_fields)
 OWN_FIELDS = ("task_id", "prompt", "messages", "metadata")
 
 
-def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None) -> list[Task]:
+def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None, *,
+               allow_outside_paths: bool = False) -> list[Task]:
     """Tasks from a ``.json`` file holding a list, or from JSONL (one object per line, blanks skipped).
 
     ``row_check(task)`` may raise ValueError/TypeError naming a field; the error gets the line number.
+    ``allow_outside_paths``: a ``repo_path`` may be absolute or lead out of the dataset's directory (refused
+    otherwise: a dataset from elsewhere must not make the farm read, copy or build from any host path).
     """
     if str(path).startswith(HF_PREFIX):
         rows, path = _hf_rows(str(path)), Path(str(path))
@@ -49,7 +54,8 @@ def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None
     seen: dict[str, int] = {}
     for line, row in rows:
         task = _task(row, line, path)
-        _resolve_paths(task, path.parent)
+        task._row_hash = _hash_row(row)
+        _resolve_paths(task, path.parent, allow_outside_paths, line, path)
         if row_check is not None:
             try:
                 row_check(task)
@@ -86,13 +92,22 @@ def _hf_rows(spec: str) -> list[tuple[int, Any]]:
 
 PATH_FIELDS = ("repo_path",)
 """Fields holding a path relative to the dataset file (made absolute on load)."""
+OUTSIDE_PATHS_OPTION = "dataset.allow_outside_paths"
 
 
-def _resolve_paths(task: Task, base: Path) -> None:
+def _resolve_paths(task: Task, base: Path, allow_outside: bool, line: int, path: Path) -> None:
+    root = base.resolve()
     for name in PATH_FIELDS:
         value = task.data.get(name)
-        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
-            task.data[name] = str((base / value).resolve())
+        if not isinstance(value, str) or not value:
+            continue
+        given = Path(value).expanduser()
+        resolved = (given if given.is_absolute() else root / given).resolve()
+        if not allow_outside and not resolved.is_relative_to(root):
+            where = "is absolute" if given.is_absolute() else "leads out of the dataset's directory"
+            _fail(path, line, f"field {name!r}: {value!r} {where}; allow such paths with {OUTSIDE_PATHS_OPTION}: "
+                              "true (rollout eval / images build: --allow-outside-paths)")
+        task.data[name] = str(resolved)
 
 
 def select(
@@ -134,6 +149,16 @@ def parse_slice(text: str) -> slice:
     if len(bounds) == 3 and bounds[2] == 0:
         raise ConfigError("slice step cannot be zero", "dataset.slice")
     return slice(*bounds)
+
+
+def row_hash(task: Task) -> str:
+    """Hash (16 hex) of the dataset row a task came from; for a task built in code, of the task itself."""
+    return task._row_hash or _hash_row(task.model_dump(mode="json"))
+
+
+def _hash_row(row: Any) -> str:
+    text = json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def dataset_hash(path: str | Path) -> str:
@@ -201,14 +226,20 @@ def _task(row: Any, line: int, path: Path) -> Task:
     if not isinstance(row, dict):
         _fail(path, line, f"a task must be a JSON object, got {_type_name(row)}")
     if "task_id" in row and set(row) <= TASK_FIELDS:
-        fields = dict(row)
+        fields, id_key = dict(row), "task_id"
     else:
-        fields = _flat(row, line, path)
+        fields, id_key = _flat(row, line, path)
     task_id = fields.get("task_id")
     if isinstance(task_id, int) and not isinstance(task_id, bool):
         fields["task_id"] = task_id = str(task_id)  # numeric ids (QA sets) are common; keep them
-    if not isinstance(task_id, str) or not task_id:
-        _fail(path, line, f"task id must be a non-empty string, got {task_id!r}")
+    problem = id_problem(task_id)
+    if problem:
+        _fail(path, line, f"field {id_key!r}: task id {problem}")
+    data = fields.get("data")
+    if isinstance(data, dict) and "instance_id" in data and data["instance_id"] != task_id:
+        problem = id_problem(data["instance_id"])  # SWE code reads the instance id from the data
+        if problem:
+            _fail(path, line, f"field 'data.instance_id': {problem}")
     try:
         return Task.model_validate(fields)
     except ValidationError as exc:
@@ -218,7 +249,7 @@ def _task(row: Any, line: int, path: Path) -> Task:
     raise AssertionError("unreachable")
 
 
-def _flat(row: dict[str, Any], line: int, path: Path) -> dict[str, Any]:
+def _flat(row: dict[str, Any], line: int, path: Path) -> tuple[dict[str, Any], str]:
     id_key = next((k for k in ID_KEYS if k in row), None)
     if id_key is None:
         _fail(path, line, f"no task id (looked for {', '.join(ID_KEYS)})")
@@ -234,7 +265,7 @@ def _flat(row: dict[str, Any], line: int, path: Path) -> dict[str, Any]:
     for key in ("messages", "metadata"):
         if key in row:
             fields[key] = row[key]
-    return fields
+    return fields, id_key
 
 
 def _type_name(value: Any) -> str:

@@ -43,6 +43,7 @@ NON_RESULT_KEYS: tuple[str, ...] = (
     "dataset.ids",
     "dataset.pattern",
     "dataset.slice",
+    "dataset.allow_outside_paths",
     # Speed and injected faults of the test-double model server, not what it answers.
     "fake_server.latency",
     "fake_server.faults",
@@ -98,8 +99,10 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def build_manifest(config: dict[str, Any], dataset_path: str | Path | None, seeds: dict[str, Any]) -> dict[str, Any]:
-    """What produced this run: code and package versions, git state, hashes, seeds, time."""
+def build_manifest(config: dict[str, Any], dataset_path: str | Path | None, seeds: dict[str, Any],
+                   rows: dict[str, str] | None = None) -> dict[str, Any]:
+    """What produced this run: code and package versions, git state, hashes, seeds, time. ``rows``: the
+    selected tasks' row hashes (task id -> ``rollout.dataset.row_hash``), compared when the run resumes."""
     from rollout.dataset import dataset_hash  # local: dataset.py imports records, keep this module light
 
     sha, dirty = git_state()
@@ -110,6 +113,8 @@ def build_manifest(config: dict[str, Any], dataset_path: str | Path | None, seed
             dataset = {"path": str(dataset_path), "hash": None}
         else:
             dataset = {"path": str(path.resolve()), "hash": dataset_hash(path) if path.is_file() else None}
+    if rows is not None:
+        dataset = {**(dataset or {"path": None, "hash": None}), "rows": dict(rows)}
     return {
         "package": "rollout-farm",
         "version": _version("rollout-farm") or "unknown",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import traceback as _traceback
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from rollout.errors import ExitReason, RolloutError, is_retryable
 
@@ -34,6 +34,8 @@ class Task(Record):
     """Environment/verifier inputs (expected answer, SWE-bench fields, ...)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Carried through to the result, never interpreted."""
+    _row_hash: str | None = PrivateAttr(default=None)
+    """Hash of the dataset row this task was read from (set by ``rollout.dataset.load_tasks``)."""
 
     def opening_messages(self, system_prompt: str | None = None) -> list[Message]:
         if self.messages is not None:

@@ -1,11 +1,13 @@
 """Datasets: JSONL and JSON lists, flat and Task-shaped rows, selection, and errors that name the line."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from rollout.dataset import dataset_hash, load_tasks, select
+from rollout.dataset import dataset_hash, load_tasks, row_hash, select
 from rollout.errors import ConfigError
+from rollout.records import Task
 
 SWE_ROW = {
     "instance_id": "astropy__astropy-12907",
@@ -137,3 +139,57 @@ def test_hugging_face_dataset_without_the_hub_is_a_clear_error(monkeypatch):
     text = str(err.value)
     assert text.startswith("hf://princeton-nlp/SWE-bench_Lite:test:")
     assert "datasets" in text or "Hugging Face hub" in text
+
+
+# ---- rows are input nobody vetted: ids become directories, paths reach the host --------------------
+
+
+@pytest.mark.parametrize("bad_id", ["../../victim", "a/b", "..", ".", "-rf", "x y", "tab\there", "nul\x00",
+                                    "back\\slash", "x" * 201, ""])
+@pytest.mark.parametrize("key", ["instance_id", "task_id"])
+def test_unsafe_task_ids_are_refused_naming_line_and_field(tmp_path, bad_id, key):
+    path = write_jsonl(tmp_path / "tasks.jsonl", [{key: "fine-1", "prompt": "p"}, {key: bad_id, "prompt": "p"}])
+    with pytest.raises(ConfigError) as caught:
+        load_tasks(path)
+    assert f"line 2: field '{key}'" in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_the_ids_real_datasets_use_are_safe(tmp_path):
+    ids = ["astropy__astropy-12907", "oauthlib__oauthlib.1fd52536.combine_file__09vlzwgc", "12", "_private",
+           "org__repo-123:v1.2", "task#3", "a+b=c@d,e~f"]
+    path = write_jsonl(tmp_path / "tasks.jsonl", [{"id": i, "question": "q"} for i in ids])
+    assert [t.task_id for t in load_tasks(path)] == ids
+
+
+def test_an_instance_id_in_data_is_checked_too(tmp_path):
+    row = {"task_id": "fine", "instance_id": "../escape", "prompt": "p"}
+    with pytest.raises(ConfigError, match="line 1: field 'data.instance_id'"):
+        load_tasks(write_jsonl(tmp_path / "tasks.jsonl", [row]))
+
+
+@pytest.mark.parametrize("repo_path, why", [("/etc", "is absolute"), ("../outside", "leads out"),
+                                            ("repos/../../outside", "leads out"), ("~/x", "is absolute")])
+def test_repo_path_outside_the_datasets_directory_needs_the_flag(tmp_path, repo_path, why):
+    (tmp_path / "data").mkdir()
+    path = write_jsonl(tmp_path / "data" / "tasks.jsonl", [{"instance_id": "a__b-1", "repo_path": repo_path}])
+    with pytest.raises(ConfigError, match=f"line 1: field 'repo_path': .*{why}.*dataset.allow_outside_paths"):
+        load_tasks(path)
+    (task,) = load_tasks(path, allow_outside_paths=True)
+    assert Path(task.data["repo_path"]).is_absolute()
+
+
+def test_repo_path_inside_resolves_against_the_dataset(tmp_path):
+    path = write_jsonl(tmp_path / "tasks.jsonl", [{"instance_id": "a__b-1", "repo_path": "repos/a.bundle"}])
+    (task,) = load_tasks(path)
+    assert task.data["repo_path"] == str(tmp_path.resolve() / "repos" / "a.bundle")
+
+
+def test_row_hashes_follow_the_row_not_where_the_dataset_lies(tmp_path):
+    row = {"instance_id": "a__b-1", "repo_path": "repos/a.bundle", "base_commit": "abc"}
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    (a,) = load_tasks(write_jsonl(tmp_path / "one" / "t.jsonl", [row]))
+    (b,) = load_tasks(write_jsonl(tmp_path / "two" / "t.jsonl", [row]))
+    (c,) = load_tasks(write_jsonl(tmp_path / "t.jsonl", [{**row, "base_commit": "abd"}]))
+    assert row_hash(a) == row_hash(b) != row_hash(c)
+    assert len(row_hash(Task(task_id="x"))) == 16  # a task built in code hashes too

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import pickle
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from rollout.errors import ConfigError, ExitReason
 from rollout.manifest import build_manifest, config_hash, diff_result_keys, result_affecting
 from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Step, Task, Trajectory, Usage
 from rollout.resume import attempt_record, latest_per_key
-from rollout.run_store import RunConfigChanged, RunStore
+from rollout.run_store import DatasetChanged, RunConfigChanged, RunDirLocked, RunStore
 
 CONFIG = {
     "model": {"name": "scripted", "temperature": 0.0, "base_url": "http://127.0.0.1:8000/v1", "max_connections": 64},
@@ -98,15 +99,55 @@ def test_complete_but_invalid_last_line_is_dropped_too(tmp_path):
     assert store.results_path.read_bytes() == good
 
 
-def test_corrupt_line_in_the_middle_is_refused_not_dropped(tmp_path):
+def test_a_damaged_line_in_the_middle_is_skipped_and_reported_then_repair_moves_it_aside(tmp_path):
     store = opened(tmp_path)
     store.append(result("t1"))
+    store.append(result("t2"))
     store.close()
-    good = store.results_path.read_bytes()
-    store.results_path.write_bytes(b"garbage\n" + good)
-    with pytest.raises(ConfigError, match="line 1"):
-        RunStore(store.run_dir).load()
-    assert store.results_path.read_bytes() == b"garbage\n" + good
+    first, second = store.results_path.read_bytes().splitlines(keepends=True)
+    damaged = first + b'{"task_id": "t3", "rewa\x00\x00\n' + second
+    store.results_path.write_bytes(damaged)
+    resumed = RunStore(store.run_dir)
+    assert [r.task_id for r in resumed.load()] == ["t1", "t2"] and resumed.bad_lines == [2]
+    assert "skipped 1 damaged line(s) (2)" in resumed.describe_bad_lines()
+    assert store.results_path.read_bytes() == damaged, "loading never rewrites a damaged file"
+    with resumed:
+        report = resumed.repair()
+    assert report["kept"] == 2 and [line for line, _why in report["moved"]] == [2]
+    assert store.results_path.read_bytes() == first + second
+    assert store.bad_path.read_bytes() == b'{"task_id": "t3", "rewa\x00\x00\n'
+    with RunStore(store.run_dir) as again:
+        assert again.repair() == {"kept": 2, "moved": []}
+
+
+def test_a_second_writer_is_refused_naming_the_holder_until_the_first_closes(tmp_path):
+    first = opened(tmp_path)
+    with pytest.raises(RunDirLocked, match=f"pid {os.getpid()}") as refused:
+        opened(tmp_path)
+    assert refused.value.field == "run directory"
+    with pytest.raises(RunDirLocked):
+        RunStore(first.run_dir).repair()
+    first.close()
+    opened(tmp_path).close()
+
+
+def test_changed_rows_with_results_are_refused_new_and_unrun_rows_are_not(tmp_path):
+    def manifest(rows):
+        return {"dataset": {"path": "d.jsonl", "hash": "x", "rows": rows}}
+
+    run_dir = tmp_path / "run"
+    store = RunStore(run_dir).open(CONFIG, manifest({"t1": "h1", "t2": "h2"}))
+    store.append(result("t1"))
+    store.close()
+    # t2 never ran: its row may change; t3 is new; t1 is not selected this time: kept as it was
+    RunStore(run_dir).open(CONFIG, manifest({"t2": "h2b", "t3": "h3"})).close()
+    rows = json.loads((run_dir / "manifest.json").read_text())["dataset"]["rows"]
+    assert rows == {"t1": "h1", "t2": "h2b", "t3": "h3"}
+    with pytest.raises(DatasetChanged, match="1 dataset row.*: t1; pass --new-run") as refused:
+        RunStore(run_dir).open(CONFIG, manifest({"t1": "h1-edited", "t2": "h2b"}))
+    assert refused.value.ids == ["t1"]
+    RunStore(run_dir).open(CONFIG, manifest({"t1": "h1-edited"}), new_run=True).close()
+    RunStore(run_dir).open(CONFIG, {}).close()  # a manifest without rows (an older run) resumes
 
 
 def test_concurrent_appends_from_asyncio_tasks_give_whole_lines(tmp_path):
@@ -182,7 +223,9 @@ def test_plan_skips_done_retries_infra_and_stops_when_exhausted(tmp_path):
         store.append(result("t2", 0, attempt=attempt, infra=True))  # exhausted
     store.close()
 
-    plan = RunStore(store.run_dir).open(CONFIG, {}).plan(TASKS, 2, max_attempts=3)
+    resumed = RunStore(store.run_dir).open(CONFIG, {})
+    plan = resumed.plan(TASKS, 2, max_attempts=3)
+    resumed.close()
     assert keyed(plan) == {("t1", 1): 2, ("t2", 1): 1}
     assert plan.done_count == 1 and plan.final_failed_count == 1
     assert [a.attempt for a in plan.attempt_history("t2", 0)] == [1, 2, 3]
@@ -220,6 +263,7 @@ def test_a_completed_retry_makes_the_key_done_and_carries_its_history(tmp_path):
     success = result(task.task_id, sample, attempt=attempt, reward=0.0)
     success.attempts = store.plan(TASKS[:1], 1, 2).attempt_history("t1", 0) + [attempt_record(success)]
     store.append(success)
+    store.close()
     plan = RunStore(store.run_dir).open(CONFIG, {}).plan(TASKS[:1], 1, max_attempts=2)
     assert plan.todo == [] and plan.done_count == 1
     assert [(a.attempt, a.status) for a in plan.attempt_history("t1", 0)] == [(1, "infra_failed"), (2, "completed")]
@@ -277,6 +321,7 @@ def test_new_run_moves_old_files_aside(tmp_path):
     assert json.loads((aside / "config.json").read_text())["agent"]["step_limit"] == 30
     assert (aside / "trajectories" / "t1" / "0.a1.json").exists()
     assert json.loads(fresh.config_path.read_text())["agent"]["step_limit"] == 5
+    fresh.close()
     again = opened(tmp_path, changed, new_run=True)  # a second new run keeps both old sets
     assert len([p for p in again.run_dir.iterdir() if p.name.startswith("previous-")]) == 2
 

@@ -80,7 +80,9 @@ class FakeServer:
     def __init__(self, config: FakeServerConfig, model: ScriptedModel | None = None):
         self.config = config
         self.faults = config.faults
-        tasks = {task.task_id: task for task in load_tasks(config.dataset)} if config.dataset else {}
+        # The scripted policy only looks tasks up by id; the run that names the dataset has checked its paths.
+        tasks = ({task.task_id: task for task in load_tasks(config.dataset, allow_outside_paths=True)}
+                 if config.dataset else {})
         self._owns_model = model is None
         if model is None and config.policy is None and config.outputs is None:
             from rollout.models.policies import echo

@@ -160,7 +160,9 @@ def test_gc_removes_the_containers_of_a_sigkilled_process(base_image, tmp_path):
         "import asyncio, sys\n"
         "from envs.docker_runtime import DockerRuntime\n"
         "async def main():\n"
-        f"    rts = [DockerRuntime({{'image': {base_image!r}}}, run_id={run_id!r}, rollout_id=f'r{{i}}') for i in range(5)]\n"
+        # without the dead-man's switch, which would remove them itself: what gc collects is left on purpose
+        f"    cfg = {{'image': {base_image!r}, 'die_with_owner': False}}\n"
+        f"    rts = [DockerRuntime(cfg, run_id={run_id!r}, rollout_id=f'r{{i}}') for i in range(5)]\n"
         "    await asyncio.gather(*(r.start() for r in rts))\n"
         "    print('ready', flush=True)\n"
         "    await asyncio.sleep(600)\n"

@@ -135,6 +135,13 @@ def test_bad_input_is_a_config_error_before_grading(mini, tmp_path):
         run_eval(bare, gold, tmp_path / "out")
     with pytest.raises(ConfigError, match="runtime"):
         run_eval(dataset, gold, tmp_path / "out", runtime="vm")
+    for names in ({"run_id": ".."}, {"run_id": "a/b"}, {"model_name": ".."}):  # each names a directory of the reports
+        with pytest.raises(ConfigError, match="cannot name a directory"):
+            run_eval(dataset, gold, tmp_path / "out", **names)
+    climbing = write_preds(tmp_path / "c.json", [{"instance_id": ident, "model_patch": row["patch"],
+                                                 "model_name_or_path": ".."}], "list")
+    with pytest.raises(ConfigError, match="the model name"):
+        run_eval(dataset, climbing, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

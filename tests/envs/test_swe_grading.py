@@ -258,7 +258,7 @@ def test_dataset_problems_are_verifier_errors(instance, tmp_path):
 def test_verifier_grades_a_flat_dataset_row(instance, tmp_path):
     row = {k: v for k, v in instance.items() if k != "bundle"}
     (tmp_path / "data.jsonl").write_text(json.dumps(row) + "\n")
-    [task] = load_tasks(tmp_path / "data.jsonl")
+    [task] = load_tasks(tmp_path / "data.jsonl", allow_outside_paths=True)  # the repo lies beside, not below
     make = local_factory(instance, tmp_path / "workspaces")
     verifier = SweVerifier({"type": "swe", "repo_dir": "repo", "eval_timeout": 120}, runtime_factory=lambda t: make())
     for patch, value in ((instance["patch"], 1.0), (None, 0.0)):
