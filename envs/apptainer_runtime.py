@@ -161,7 +161,8 @@ class ApptainerRuntime:
         self._started = True
 
     async def exec(
-        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
     ) -> ExecResult:
         self._check_open()
         limit = max(self.config.timeout if timeout is None else timeout, 0.001)  # `timeout 0` would mean no limit
@@ -170,7 +171,8 @@ class ApptainerRuntime:
         # The host deadline only catches a hung CLI: the in-container `timeout` normally ends the command first.
         host_limit = limit + self.config.kill_grace + self.config.host_grace
         ran = await run_capped(
-            argv, timeout=host_limit, max_output_bytes=self.config.max_output_bytes, running=self._running
+            argv, timeout=host_limit, max_output_bytes=self.config.max_output_bytes, running=self._running,
+            stdin=stdin,
         )
         if self._closed:
             raise RuntimeFailure("ApptainerRuntime was closed while the command ran")

@@ -1,7 +1,8 @@
-"""check_runtime: the conformance checker every Runtime must pass (echo, exit codes, timeout, cap, files, close)."""
+"""check_runtime: the conformance checker every Runtime must pass (echo, exit codes, timeout, cap, stdin, files, close)."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import time
 from typing import Any, Callable
@@ -90,6 +91,25 @@ async def _check_commands(runtime: Any, output_cap: int | None, timeout_budget: 
     _require(result.output == "a b\n", f"env var not passed: got {result.output!r}")
     result = await runtime.exec('echo "${CHECK_VAR-unset}"')
     _require(result.output == "unset\n", f"a per-call env var leaked into the next command: {result.output!r}")
+    await _check_stdin(runtime, cap, timeout_budget)
+
+
+async def _check_stdin(runtime: Any, cap: int, timeout_budget: float) -> None:
+    result = await runtime.exec("cat; echo end", timeout=timeout_budget)
+    _require(result.output == "end\n" and not result.timed_out, f"without stdin a command must read end of file at "
+             f"once: {result!r}")
+    data = bytes(range(256)) * 1200  # 307,200 bytes, every byte value
+    result = await runtime.exec("wc -c; echo end", stdin=data, timeout=timeout_budget)
+    _require(result.output.split() == [str(len(data)), "end"], f"stdin not passed whole: {result.output!r}")
+    result = await runtime.exec("md5sum", stdin=data, timeout=timeout_budget)
+    _require(result.output.split()[:1] == [hashlib.md5(data).hexdigest()], f"stdin bytes changed: {result.output!r}")
+    first = min(cap // 2, 150_000)  # output before reading: needs stdin written while output is read
+    result = await runtime.exec(f"head -c {first} /dev/zero | tr '\\0' a; wc -c", stdin=data, timeout=timeout_budget)
+    _require(result.output.endswith(f"{len(data)}\n") and result.output.count("a") == first and not result.timed_out,
+             f"a command writing before it reads its stdin: {result.output[-200:]!r}")
+    result = await runtime.exec("echo ignored", stdin=data * 4, timeout=timeout_budget)
+    _require(result.output == "ignored\n" and result.returncode == 0 and not result.timed_out,
+             f"a command that never reads its stdin: {result!r}")
 
 
 async def _check_files(runtime: Any, executes: bool) -> None:

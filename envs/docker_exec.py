@@ -20,11 +20,13 @@ stray process can be found (and killed) even after it left the process group."""
 # SIGKILLs it (itself included) after the grace. Once the command is over, what it left in the group
 # is killed too, so no background job outlives its command or holds the output stream open.
 # The command's stdout and stderr share one pipe (stream 1, ordered as written); the exit code goes
-# out on stream 2, which saves an inspect round trip per command.
+# out on stream 2, which saves an inspect round trip per command. Its stdin is the exec's (fd 3 keeps it:
+# a background job's own stdin would be /dev/null).
 WRAPPER = """\
 d=$1 t=$2 k=$3; shift 3
+exec 3<&0
 cd -- "$d" 2>/dev/null || { echo "cannot run the command in $d: no such directory"; printf 1 >&2; exit 1; }
-timeout -k "$k" "$t" "$@" 2>&1 &
+timeout -k "$k" "$t" "$@" 0<&3 3<&- 2>&1 &
 p=$!
 wait "$p"; r=$?
 kill -9 -"$p" 2>/dev/null
@@ -53,8 +55,9 @@ class ExecJob:
     """One command's blocking run (in an I/O pool thread); ``abort()`` may be called from any thread."""
 
     def __init__(self, api: Any, container: str, argv: list[str], env: dict[str, str], limit: float,
-                 grace: float, backstop: float, cap: int):
+                 grace: float, backstop: float, cap: int, stdin: bytes | None = None):
         self.api = api
+        self.stdin = stdin
         self.container = container
         self.marker = secrets.token_hex(8)
         self.argv = argv
@@ -71,17 +74,25 @@ class ExecJob:
         """(exit code, how reading ended: "eof" | "full" | "deadline" | "aborted"). Engine errors propagate.
         A command still running when its output passed the cap is killed and gets ``-SIGKILL``."""
         deadline = time.monotonic() + self.deadline_after
-        exec_id = self.api.exec_create(self.container, self.argv, environment=self.env)["Id"]
+        exec_id = self.api.exec_create(self.container, self.argv, environment=self.env,
+                                       stdin=self.stdin is not None)["Id"]
         raw = _raw_socket(self.api.exec_start(exec_id, socket=True))
         with self._lock:
             self._sock = raw
             ended = "aborted" if self.aborted else None
         trailer = bytearray()
+        feeder = None
+        if self.stdin is not None and ended is None:
+            # Written from a second thread while this one reads: a command may write before it reads all of it.
+            feeder = threading.Thread(target=_feed, args=(raw, self.stdin), name="exec-stdin", daemon=True)
+            feeder.start()
         try:
             if ended is None:
                 ended = self._read(raw, deadline, trailer)
         finally:
             _close(raw)
+            if feeder is not None:
+                feeder.join(5.0)  # the closed socket ends a send still blocked
         code = int(trailer) if ended == "eof" and trailer.isdigit() else None
         if ended == "full" and self._still_running(exec_id):
             # Stopped at the output cap: what the engine reports after our kill (126, 137, even 0 for a pipe
@@ -160,6 +171,15 @@ class ExecJob:
             if time.monotonic() > deadline:
                 return -9
             time.sleep(0.02)
+
+
+def _feed(raw: Any, data: bytes) -> None:
+    """Send the command's stdin, then half-close: the engine closes the command's stdin (end of file)."""
+    try:
+        raw.sendall(data)
+        raw.shutdown(socket.SHUT_WR)
+    except OSError:  # the command ended (or was stopped) without reading it all
+        pass
 
 
 def _raw_socket(response: Any) -> Any:

@@ -163,7 +163,8 @@ class DockerRuntime:
         donor.container_id, donor._switch, donor._closed = None, None, True
 
     async def exec(
-        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
     ) -> ExecResult:
         container = self._check_open()
         cfg = self.config
@@ -171,7 +172,8 @@ class DockerRuntime:
         directory = posixpath.join(cfg.workdir, cwd) if cwd else cfg.workdir  # an absolute cwd replaces workdir
         argv = ["sh", "-c", WRAPPER, "rollout-exec", directory, f"{limit:g}", f"{cfg.kill_grace:g}", *cfg.shell,
                 command]
-        job = ExecJob(self._api, container, argv, env or {}, limit, cfg.kill_grace, _BACKSTOP, cfg.max_output_bytes)
+        job = ExecJob(self._api, container, argv, env or {}, limit, cfg.kill_grace, _BACKSTOP, cfg.max_output_bytes,
+                      stdin=stdin)
         self._running.add(job)
         began = time.monotonic()
         try:

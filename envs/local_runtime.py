@@ -90,7 +90,8 @@ class LocalRuntime:
         self._base_env = {**os.environ, **self.config.env} if self.config.inherit_env else dict(self.config.env)
 
     async def exec(
-        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
     ) -> ExecResult:
         workspace = self._check_open()
         workdir = os.path.join(workspace, cwd) if cwd else workspace  # an absolute cwd replaces the workspace
@@ -104,6 +105,7 @@ class LocalRuntime:
             cwd=workdir,
             env={**self._base_env, **env} if env else self._base_env,
             running=self._running,
+            stdin=stdin,
         )
         if self._closed:
             raise RuntimeFailure("LocalRuntime was closed while the command ran")

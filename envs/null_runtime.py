@@ -63,7 +63,8 @@ class NullRuntime:
         self._state = _STARTED
 
     async def exec(
-        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
     ) -> ExecResult:
         self._check_open()
         config = self.config

@@ -75,8 +75,8 @@ class PreparedRepoRuntime:
         self.prepared = True
 
     async def exec(self, command: str, timeout: float | None = None, cwd: str | None = None,
-                   env: dict[str, str] | None = None) -> ExecResult:
-        return await self.inner.exec(command, timeout=timeout, cwd=cwd, env=env)
+                   env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
+        return await self.inner.exec(command, timeout=timeout, cwd=cwd, env=env, stdin=stdin)
 
     async def write_file(self, path: str, data: bytes) -> None:
         await self.inner.write_file(path, data)

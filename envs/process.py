@@ -29,8 +29,10 @@ async def run_capped(
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     running: set[int] | None = None,
+    stdin: bytes | None = None,
 ) -> ExecResult:
-    """Run ``argv`` (stdin closed, stderr into stdout) in a new process group, and kill the whole group
+    """Run ``argv`` (stdin: ``stdin``'s bytes then end of file, or empty; stderr into stdout) in a new process
+    group, and kill the whole group
     when it exits (background jobs it left), at ``timeout`` seconds, or once the output passes
     ``max_output_bytes``. ``running`` (the caller's) holds the group id while the command is in flight,
     so the caller can ``kill_group`` it from elsewhere. A cancelled call kills the group too. A command still
@@ -45,7 +47,7 @@ async def run_capped(
         transport, proto = await loop.subprocess_exec(
             lambda: _Collector(max_output_bytes, loop),
             *argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=cwd,
@@ -57,6 +59,10 @@ async def run_capped(
     pgid = transport.get_pid()
     if running is not None:
         running.add(pgid)
+    if stdin is not None:
+        feed = transport.get_pipe_transport(0)
+        feed.write(stdin)  # buffered by the loop and written as the command reads: output is read meanwhile
+        feed.write_eof()
     try:
         done, _ = await asyncio.wait((proto.exited, proto.full), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         # Timed out, output full, or finished with background jobs left: the whole group goes either way.
@@ -109,7 +115,8 @@ class _Collector(asyncio.SubprocessProtocol):
             _resolve(self.full)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        _resolve(self.eof)
+        if fd != 0:  # the stdin pipe closing (all fed, or the command quit reading) is not the output's end
+            _resolve(self.eof)
 
     def process_exited(self) -> None:
         _resolve(self.exited)

@@ -22,9 +22,9 @@ KILL_GRACE = 2
 """Seconds between an in-container ``timeout``'s SIGTERM and its SIGKILL."""
 MARK = ">>>>> rollout-grade"
 """Start of every marker line; a random token follows, so no test output or patch can forge one. The token is
-only in the script, which the tests cannot read: it reaches the runtime as a file with a random name that
-the loader reads into the shell's memory and deletes before anything else runs (never on a command line,
-never in an environment), and the scratch directory and report are named by other random words."""
+only in the script, which the tests cannot read: it reaches the shell on its standard input, read whole into
+the shell's memory before anything runs (never on a command line, in a file or in an environment; the tests'
+stdin is /dev/null), and the scratch directory and report are named by other random words."""
 
 _LAST_LINE = "# the end of the grading script"
 
@@ -105,7 +105,7 @@ class EvalScript:
     section_paths: Sequence[str] = ()
     report: bool = False
     name: str = field(default_factory=lambda: secrets.token_hex(8))
-    """Names the scratch directory, the script's file and the report: random, and not the token."""
+    """Names the scratch directory and the report: random, and not the token."""
 
     @property
     def prefix(self) -> str:
@@ -114,12 +114,6 @@ class EvalScript:
     @property
     def scratch(self) -> str:
         return f"/tmp/rollout-grade-{self.name[:8]}"
-
-    @property
-    def path(self) -> str:
-        """Where the script is written (beside the scratch directory: /tmp exists, so writing it needs no
-        directory made first); the loader deletes it before running it."""
-        return f"{self.scratch}.sh"
 
     @property
     def log_path(self) -> str:
@@ -131,14 +125,13 @@ class EvalScript:
 
     @property
     def loader(self) -> str:
-        """The command that runs the script: read into the shell's memory and the file deleted first, so only
-        its (random, soon gone) file name is ever on a command line. It waits, up to a minute, for the script's
-        last line (a runtime whose file copy returns before the file is whole)."""
-        # Builtins only (no process started) while waiting: `read -d ''` takes the whole file (it holds no NUL).
-        body = ("n=0; until { IFS= read -r -d '' s < \"$0\"; } 2>/dev/null; "
-                f'[[ $s == *{shlex.quote(_LAST_LINE)}$\'\\n\' ]]; do '
-                'n=$((n + 1)); [ "$n" -lt 30000 ] || exit 3; sleep 0.002; done; rm -f -- "$0" && eval "$s"')
-        return f"bash -c {shlex.quote(body)} {shlex.quote(self.path)}"
+        """The command that runs the script given on its stdin (``text()``): read whole into the shell's memory,
+        stdin then /dev/null for everything the script starts. The same for every instance and secret-free: all
+        that is ever on a command line. A script cut short (no last line) exits 3 before running anything."""
+        # `cat`, not `read`: bash reads a pipe a byte at a time. $(...) drops the last newline only.
+        body = f's=$(cat); exec 0</dev/null; [[ $s == *{shlex.quote(_LAST_LINE)} ]] || exit 3; eval "$s"'
+
+        return f"bash -c {shlex.quote(body)}"
 
     @property
     def limit(self) -> float:

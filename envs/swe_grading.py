@@ -55,7 +55,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     (interrupted, crashed, killed) resolves nothing. ``strict``: a patch touching test files or pytest
     configuration scores 0 without running. Report and log files are read back only when the output was cut
     short; scratch files are removed afterwards only where they outlive the runtime (a local workspace).
-    ``durations``: start, write, apply, reset, tests (by the script's clock), overhead (the rest of the exec:
+    ``durations``: start, apply, reset, tests (by the script's clock), overhead (the rest of the exec:
     the call, the shells, printing the log), read and cleanup (if any), close, total."""
     say = log or (lambda _msg: None)
     ident = str(task_data.get("instance_id") or task_data.get("task_id") or "")
@@ -133,7 +133,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         return result
     finally:
         try:
-            if os.path.exists(script.scratch) or os.path.exists(script.path):  # on this host: nothing else removes it
+            if os.path.exists(script.scratch):  # on this host: nothing else removes it
                 await _remove_scratch(runtime, script)
                 mark("cleanup")
         finally:
@@ -167,13 +167,10 @@ def _few(items: list[str], shown: int = 5) -> str:
 async def _run(runtime: Runtime, script: EvalScript, repo_dir: str, mark: Callable[..., float]) -> ExecResult:
     """The script's one exec. Plain bash, as the harness runs its eval script: the runtime's own shell (a
     login shell in containers) already set the environment up, and a login shell would reset PATH (and so
-    a virtualenv) on a host. The script goes in as a file that the loader deletes, never on a command line
-    (written first: engines serialise a container's file copies and execs, so overlapping them saves nothing)."""
-    await runtime.write_file(script.path, script.text().encode())
-    mark("write")
+    a virtualenv) on a host. The script goes in on the exec's stdin: never on a command line or in a file."""
     try:
-        return await asyncio.wait_for(runtime.exec(script.loader, timeout=script.limit, cwd=repo_dir),
-                                      script.limit + _GUARD)
+        return await asyncio.wait_for(runtime.exec(script.loader, timeout=script.limit, cwd=repo_dir,
+                                                   stdin=script.text().encode()), script.limit + _GUARD)
     except asyncio.TimeoutError:
         return ExecResult(output="", returncode=-1, timed_out=True, duration=script.limit + _GUARD)
 
@@ -238,7 +235,7 @@ async def _printed(runtime: Runtime, run: ScriptRun, step: str, path: str, mark:
 
 async def _remove_scratch(runtime: Runtime, script: EvalScript) -> None:
     with contextlib.suppress(Exception):  # a runtime that never started or already died has nothing to clean
-        await runtime.exec(f"rm -rf -- {shlex.quote(script.scratch)} {shlex.quote(script.path)}", timeout=60)
+        await runtime.exec(f"rm -rf -- {shlex.quote(script.scratch)}", timeout=60)
 
 
 def _clock(result: Grade, began: float) -> Callable[..., float]:

@@ -57,8 +57,13 @@ class Runtime(Protocol):
     async def start(self) -> None: ...
 
     async def exec(
-        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None
-    ) -> ExecResult: ...
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run ``command`` through the runtime's shell. ``stdin``: bytes the command reads on its standard
+        input, then end of file (none: end of file at once). Written while the output is read, so a command
+        may read and write in any order; nothing of it is on a command line or in a file."""
+        ...
 
     async def write_file(self, path: str, data: bytes) -> None: ...
 

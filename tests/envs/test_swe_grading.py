@@ -129,8 +129,8 @@ class ClonedRepo:
                                      f"git -C {self.repo_dir} checkout -q {self.commit}", timeout=120)
         assert done.returncode == 0, done.output
 
-    async def exec(self, command, timeout=None, cwd=None, env=None):
-        return await self.inner.exec(command, timeout=timeout, cwd=cwd, env=env)
+    async def exec(self, command, timeout=None, cwd=None, env=None, stdin=None):
+        return await self.inner.exec(command, timeout=timeout, cwd=cwd, env=env, stdin=stdin)
 
     async def write_file(self, path, data):
         await self.inner.write_file(path, data)
@@ -345,9 +345,9 @@ class Recording:
     async def start(self) -> None:
         await self.inner.start()
 
-    async def exec(self, command, timeout=None, cwd=None, env=None):
-        self.calls.append(("exec", command))
-        return await self.inner.exec(command, timeout=timeout, cwd=cwd, env=env)
+    async def exec(self, command, timeout=None, cwd=None, env=None, stdin=None):
+        self.calls.append(("exec", command) if stdin is None else ("exec+stdin", command, stdin))
+        return await self.inner.exec(command, timeout=timeout, cwd=cwd, env=env, stdin=stdin)
 
     async def write_file(self, path, data):
         self.calls.append(("write_file", path))
@@ -377,7 +377,7 @@ def recorded_grade(instance, patch, tmp_path, runtime_config=None):
 
 def removed_scratch(calls) -> list[str]:
     """The paths the grader's last command removed, checked gone from this host (a local workspace's /tmp is ours)."""
-    kind, command = calls[-1]
+    kind, command = calls[-1][:2]
     words = shlex.split(command)
     assert kind == "exec" and words[:3] == ["rm", "-rf", "--"], calls
     assert not any(os.path.exists(p) for p in words[3:]), words
@@ -387,20 +387,22 @@ def removed_scratch(calls) -> list[str]:
 def test_grading_is_one_command_and_cleans_a_host_workspace(instance, tmp_path):
     graded, calls = recorded_grade(instance, instance["patch"], tmp_path)
     assert graded.resolved and graded.apply_method == APPLY_LADDER[0]
-    # The script written, the grading, then its scratch removed; the script is never on a command line.
-    assert [kind for kind, _ in calls] == ["write_file", "exec", "exec"], calls
-    assert MARK not in calls[1][1] and calls[0][1] in calls[1][1] and len(calls[1][1]) < 400
+    # The grading (the script on its stdin), then its scratch removed; the script is never on a command line
+    # or in a file, and the command line is the same for every instance.
+    assert [call[0] for call in calls] == ["exec+stdin", "exec"], calls
+    _kind, loader, script = calls[0]
+    assert MARK not in loader and len(loader) < 200 and MARK.encode() in script
     assert all(p.startswith("/tmp/rollout-grade-") for p in removed_scratch(calls))
     assert "read" not in graded.durations
 
 
-def test_a_patch_too_big_for_a_command_line_is_written_first(instance, tmp_path):
+def test_a_patch_too_big_for_a_command_line_goes_in_on_stdin(instance, tmp_path):
     words = "".join(f"word {n}\n" for n in range(12_000))  # ~110 KB: past any single argument's room
     patch = diff_of(Path(instance["repo_path"]), tmp_path / "agent", {"calc/ops.py": FIXED, "calc/words.txt": words})
     graded, calls = recorded_grade(instance, patch, tmp_path)
     assert graded.resolved and graded.patch_successfully_applied, graded.apply_output[-2000:]
-    assert [kind for kind, _ in calls] == ["write_file", "exec", "exec"], calls
-    assert calls[0][1] in removed_scratch(calls)
+    assert [call[0] for call in calls] == ["exec+stdin", "exec"], calls
+    assert len(calls[0][2]) > 110_000 and removed_scratch(calls)
 
 
 def test_patch_text_reaches_the_repository_unchanged(instance, tmp_path):
@@ -417,7 +419,7 @@ def test_a_log_past_the_output_cap_is_read_back(instance, tmp_path):
     noisy = {**instance, "test_cmd": f"seq 1 60000; {instance['test_cmd']}"}
     graded, calls = recorded_grade(noisy, instance["patch"], tmp_path, {"max_output_bytes": 64 * 1024})
     assert graded.resolved, graded.test_output[-2000:]
-    assert [kind for kind, _ in calls] == ["write_file", "exec", "read_file", "exec"], calls
+    assert [call[0] for call in calls] == ["exec+stdin", "read_file", "exec"], calls
     assert "60000\n" in graded.test_output and "read" in graded.durations
     removed_scratch(calls)
 
@@ -461,8 +463,8 @@ def test_docker_grading_is_one_exec(instance, base_image):
     instance = {**instance, "test_cmd": TEST_CMD.format(python="python3")}
     graded = asyncio.run(grade(instance, instance["patch"], make, eval_timeout=120))
     assert graded.resolved, graded.test_output[-2000:]
-    # The script written, then run; the container's /tmp goes with the container.
-    assert [kind for kind, _ in seen[0].calls] == ["write_file", "exec"]
+    # One exec, the script on its stdin; the container's /tmp goes with the container.
+    assert [call[0] for call in seen[0].calls] == ["exec+stdin"]
 
 
 def test_strict_grading_refuses_patches_touching_tests(instance, tmp_path):
