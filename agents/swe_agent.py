@@ -1,23 +1,22 @@
 """MiniSweAgent: one bash command per turn in a Runtime, submitted with the Mini-SWE sentinel.
 
-run → query → parse (exactly one bash block) → execute → observe, until a command's first
-output line is ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (the rest of its output is the
-submission) or a limit of ``rollout.termination`` ends it.
+Each reply must hold exactly one bash block; its output comes back through the observation template, until a
+command's first output line is ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (the rest of its output is the
+submission) or a limit of ``rollout.termination`` ends it. The loop is ``rollout.loop``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agents import swe_prompts
-from agents.tool_agent import execute
 from pydantic import Field
 
+from agents import swe_prompts
 from agents.parsers import load_parser
-from rollout.context import RolloutContext
-from rollout.errors import FormatError, Submitted
-from rollout.protocols import ActionParser, Environment, Model
-from rollout.records import Observation, Task
+from rollout.errors import FormatError, Submitted, TaskOutcome
+from rollout.loop import LoopAgent
+from rollout.protocols import ActionParser, EnvReset
+from rollout.records import Message, Observation, Task
 from rollout.termination import Limits
 
 
@@ -41,63 +40,43 @@ class MiniSweAgentConfig(Limits):
     """Shown to the model on a timeout; the environment enforces its own."""
 
 
-class MiniSweAgent:
+class MiniSweAgent(LoopAgent):
     def __init__(self, config: MiniSweAgentConfig | None = None, parser: ActionParser | None = None):
         self.config = config or MiniSweAgentConfig()
         self.parser = parser or load_parser(self.config.parser, self.config.parser_options)
 
-    def limits(self) -> Limits:
-        return Limits.of(self.config)
+    def opening(self, task: Task, reset: EnvReset) -> list[Message]:
+        cfg, sentinel = self.config, swe_prompts.SUBMIT_SENTINEL
+        variables = {"task": task, "problem": task.prompt or task.data.get("problem_statement", ""),
+                     "cwd": reset.info.get("cwd", "."), "sentinel": sentinel, "submit_command": cfg.submit_command}
+        system = swe_prompts.render(cfg.system_template, "agent.system_template", **variables)
+        instance = swe_prompts.render(cfg.instance_template, "agent.instance_template", **variables)
+        return [{"role": "system", "content": system}, {"role": "user", "content": instance}, *reset.messages]
 
-    async def run(self, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> None:
-        reset = await ctx.reset_env(env, task)
-        cfg = self.config
-        variables = {
-            "task": task,
-            "problem": task.prompt or task.data.get("problem_statement", ""),
-            "cwd": reset.info.get("cwd", "."),
-            "sentinel": swe_prompts.SUBMIT_SENTINEL,
-            "submit_command": cfg.submit_command,
-        }
-        ctx.add_messages(
-            {"role": "system", "content": swe_prompts.render(cfg.system_template, "agent.system_template", **variables)},
-            {"role": "user", "content": swe_prompts.render(cfg.instance_template, "agent.instance_template", **variables)},
-            *reset.messages,
-        )
-        while True:
-            step = await ctx.query(model)
-            try:
-                step.actions.extend(self.parser.parse(step.message))
-            except FormatError as exc:
-                step.format_error = str(exc)
-                feedback = swe_prompts.render(
-                    cfg.format_error_template, "agent.format_error_template",
-                    error=str(exc), sentinel=swe_prompts.SUBMIT_SENTINEL,
-                )
-                ctx.add_messages({"role": "user", "content": feedback})
-                ctx.step_done(step)
-                ctx.termination.format_error(str(exc))
-                continue
-            observations = await execute(env, step, ctx)
-            for obs in observations:
-                submission = submitted_output(obs)
-                if submission is not None:
-                    ctx.step_done(step)
-                    raise Submitted("the agent submitted", submission=submission)
-            ctx.add_messages(*({"role": "user", "content": self.observe(o)} for o in observations))
-            ctx.step_done(step)
-            ctx.termination.after_observations(observations)
+    def on_format_error(self, message: Message, error: FormatError) -> list[Message]:
+        feedback = swe_prompts.render(self.config.format_error_template, "agent.format_error_template",
+                                      error=str(error), sentinel=swe_prompts.SUBMIT_SENTINEL)
+        return [{"role": "user", "content": feedback}]
 
-    def observe(self, obs: Observation) -> str:
+    def observe(self, observations: list[Observation]) -> list[Message]:
+        if any(submitted_output(o) is not None for o in observations):
+            return []  # the episode ends with this turn: nothing goes back to the model
+        return [{"role": "user", "content": self.observation(o)} for o in observations]
+
+    def ended(self, message: Message, observations: list[Observation]) -> TaskOutcome | None:
+        for obs in observations:
+            submission = submitted_output(obs)
+            if submission is not None:
+                return Submitted("the agent submitted", submission=submission)
+        return None
+
+    def observation(self, obs: Observation) -> str:
         info: dict[str, Any] = obs.info
         return swe_prompts.render(
-            self.config.observation_template,
-            "agent.observation_template",
-            returncode=info.get("returncode", 0 if obs.success else 1),
-            timed_out=info.get("timed_out", False),
-            truncated=info.get("truncated", False),
+            self.config.observation_template, "agent.observation_template",
+            returncode=info.get("returncode", 0 if obs.success else 1), timed_out=info.get("timed_out", False),
+            truncated=info.get("truncated", False), timeout=info.get("timeout", self.config.command_timeout),
             output_limit=f"{info['output_limit']:,} bytes" if info.get("output_limit") else "the output limit",
-            timeout=info.get("timeout", self.config.command_timeout),
             **swe_prompts.elide(obs.content, self.config.max_observation_chars),
         )
 
@@ -107,6 +86,4 @@ def submitted_output(obs: Observation) -> str | None:
     if obs.info.get("timed_out"):
         return None
     head, _, rest = obs.content.lstrip().partition("\n")
-    if head.strip() == swe_prompts.SUBMIT_SENTINEL:
-        return rest
-    return None
+    return rest if head.strip() == swe_prompts.SUBMIT_SENTINEL else None

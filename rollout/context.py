@@ -64,23 +64,7 @@ class RolloutContext:
         started = time.time()
         t0 = time.perf_counter()
         response = await self._complete(model, tools)
-        message = clean_text(dict(response.message))
-        message.setdefault("role", "assistant")
-        message.setdefault("content", None)
-        step = Step(
-            index=len(self.trajectory.steps) + 1,
-            message=message,
-            finish_reason=response.finish_reason,
-            started_at=started,
-            model_seconds=time.perf_counter() - t0,
-            usage=response.usage,
-            prompt_token_ids=response.prompt_token_ids,
-            completion_token_ids=response.completion_token_ids,
-            logprobs=response.logprobs,
-            policy_version=response.policy_version,
-        )
-        self.trajectory.messages.append(message)
-        self.trajectory.steps.append(step)
+        step = self.record_reply(response, started, time.perf_counter() - t0)
         self.emitter.emit(
             events.MODEL_CALL_DONE,
             step=step.index,
@@ -90,6 +74,27 @@ class RolloutContext:
             completion_tokens=response.usage.completion_tokens,
         )
         self.termination.after_model_call(response)
+        return step
+
+    def record_reply(self, response: Any, started: float, seconds: float) -> Step:
+        """A model reply (ours, or one a caller generated) as the trajectory's next step and message."""
+        message = clean_text(dict(response.message))
+        message.setdefault("role", "assistant")
+        message.setdefault("content", None)
+        step = Step(
+            index=len(self.trajectory.steps) + 1,
+            message=message,
+            finish_reason=response.finish_reason,
+            started_at=started,
+            model_seconds=seconds,
+            usage=response.usage,
+            prompt_token_ids=response.prompt_token_ids,
+            completion_token_ids=response.completion_token_ids,
+            logprobs=response.logprobs,
+            policy_version=response.policy_version,
+        )
+        self.trajectory.messages.append(message)
+        self.trajectory.steps.append(step)
         return step
 
     async def _complete(self, model: Model, tools: list[dict[str, Any]] | None) -> Any:
