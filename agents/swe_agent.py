@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agents import swe_prompts
 from agents.parsers import load_parser
-from rollout.errors import FormatError, Submitted, TaskOutcome
+from rollout.errors import SUBMIT_SENTINEL, FormatError, Submitted, TaskOutcome
 from rollout.loop import LoopAgent
 from rollout.protocols import ActionParser, EnvReset
 from rollout.records import Message, Observation, Task
@@ -31,7 +31,7 @@ class MiniSweAgentConfig(Limits):
     format_error_template: str = swe_prompts.FORMAT_ERROR_TEMPLATE
     max_observation_chars: int = 10_000
     """Longer outputs keep their head and tail; the model is told how much was elided."""
-    submit_command: str = f"echo {swe_prompts.SUBMIT_SENTINEL} && git add -A && git diff --cached"
+    submit_command: str = f"echo {SUBMIT_SENTINEL} && git add -A && git diff --cached"
     """Shown to the model as the example of how to submit."""
     parser: str = "bash_block"
     parser_options: dict[str, Any] = Field(default_factory=dict)
@@ -46,7 +46,7 @@ class MiniSweAgent(LoopAgent):
         self.parser = parser or load_parser(self.config.parser, self.config.parser_options)
 
     def opening(self, task: Task, reset: EnvReset) -> list[Message]:
-        cfg, sentinel = self.config, swe_prompts.SUBMIT_SENTINEL
+        cfg, sentinel = self.config, SUBMIT_SENTINEL
         variables = {"task": task, "problem": task.prompt or task.data.get("problem_statement", ""),
                      "cwd": reset.info.get("cwd", "."), "sentinel": sentinel, "submit_command": cfg.submit_command}
         system = swe_prompts.render(cfg.system_template, "agent.system_template", **variables)
@@ -55,7 +55,7 @@ class MiniSweAgent(LoopAgent):
 
     def on_format_error(self, message: Message, error: FormatError) -> list[Message]:
         feedback = swe_prompts.render(self.config.format_error_template, "agent.format_error_template",
-                                      error=str(error), sentinel=swe_prompts.SUBMIT_SENTINEL)
+                                      error=str(error), sentinel=SUBMIT_SENTINEL)
         return [{"role": "user", "content": feedback}]
 
     def observe(self, observations: list[Observation]) -> list[Message]:
@@ -86,4 +86,4 @@ def submitted_output(obs: Observation) -> str | None:
     if obs.info.get("timed_out"):
         return None
     head, _, rest = obs.content.lstrip().partition("\n")
-    return rest if head.strip() == swe_prompts.SUBMIT_SENTINEL else None
+    return rest if head.strip() == SUBMIT_SENTINEL else None

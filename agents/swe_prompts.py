@@ -9,8 +9,6 @@ import jinja2
 
 from rollout.errors import ConfigError
 
-SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-
 SYSTEM_TEMPLATE = """You are a careful software engineer working in a shell.
 Every reply holds a short explanation and exactly ONE bash code block with ONE command:
 

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from agents.parsers import load_parser
+from rollout.context import message_text
 from rollout.errors import EnvironmentDone, FormatError, NaturalCompletion, TaskOutcome
 from rollout.loop import Episode, LoopAgent, Turn
 from rollout.protocols import ActionParser, EnvReset
@@ -71,7 +72,7 @@ class TextActionAgent(LoopAgent):
 
     def on_no_actions(self, message: Message) -> TaskOutcome:
         answer = self._answer(message)
-        return NaturalCompletion("the reply holds no action", submission=_text(message) if answer is None else answer)
+        return NaturalCompletion("the reply holds no action", submission=message_text(message) if answer is None else answer)
 
     def observe(self, observations: list[Observation]) -> list[Message]:
         return [{"role": "user", "content": f"{self.config.observation_prefix}{o.content}"} for o in observations]
@@ -80,10 +81,5 @@ class TextActionAgent(LoopAgent):
         return EnvironmentDone("the environment ended the episode") if any(o.done for o in observations) else None
 
     def _answer(self, message: Message) -> str | None:
-        marker, text = self.config.final_answer_marker, _text(message)
+        marker, text = self.config.final_answer_marker, message_text(message)
         return text.split(marker, 1)[1].strip() if marker and marker in text else None
-
-
-def _text(message: Message) -> str:
-    content = message.get("content")
-    return content if isinstance(content, str) else ""

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from agents.parsers import load_parser
+from rollout.context import message_text
 from rollout.errors import EnvironmentDone, FormatError, NaturalCompletion, TaskOutcome
 from rollout.loop import LoopAgent
 from rollout.protocols import ActionParser, EnvReset
@@ -47,19 +48,12 @@ class ToolCallingAgent(LoopAgent):
         return [{"role": "user", "content": str(error)}]
 
     def on_no_actions(self, message: Message) -> TaskOutcome:
-        return NaturalCompletion("the model replied without tool calls", submission=text_of(message))
+        return NaturalCompletion("the model replied without tool calls", submission=message_text(message))
 
     def observe(self, observations: list[Observation]) -> list[Message]:
         return [{"role": "tool", "tool_call_id": o.call_id or "", "content": o.content} for o in observations]
 
     def ended(self, message: Message, observations: list[Observation]) -> TaskOutcome | None:
         if any(o.done for o in observations):
-            return EnvironmentDone("the environment ended the episode", submission=text_of(message))
+            return EnvironmentDone("the environment ended the episode", submission=message_text(message))
         return None
-
-
-def text_of(message: Message) -> str:
-    content: Any = message.get("content")
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content or ""

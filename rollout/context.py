@@ -172,3 +172,11 @@ def clean_text(value: Any) -> Any:
     if isinstance(value, list):
         return [clean_text(v) for v in value]
     return value
+
+
+def message_text(message: Message) -> str:
+    """The text of a message's ``content``: a string, the text parts of a list joined, or ""."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)

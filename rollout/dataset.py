@@ -23,6 +23,7 @@ from typing import Callable, Any, Iterable
 from pydantic import ValidationError
 
 from rollout.errors import ConfigError
+from rollout.dataset_rows import HF_PREFIX, fail as _fail, hf_rows, json_list_rows, jsonl_rows, type_name
 from rollout.paths import id_problem
 from rollout.records import Task
 
@@ -42,14 +43,14 @@ def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None
     otherwise: a dataset from elsewhere must not make the farm read, copy or build from any host path).
     """
     if str(path).startswith(HF_PREFIX):
-        rows, path = _hf_rows(str(path)), Path(str(path))
+        rows, path = hf_rows(str(path)), Path(str(path))
     else:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read dataset: {getattr(exc, 'strerror', None) or exc}", str(path)) from None
-        rows = _json_list_rows(text, path) if path.suffix == ".json" else _jsonl_rows(text, path)
+        rows = json_list_rows(text, path) if path.suffix == ".json" else jsonl_rows(text, path)
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for line, row in rows:
@@ -68,26 +69,6 @@ def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None
     if not tasks:
         raise ConfigError("dataset holds no tasks", str(path))
     return tasks
-
-
-HF_PREFIX = "hf://"
-"""``hf://<name>[:<split>]`` names a Hugging Face dataset (needs the optional ``datasets`` package and the hub)."""
-
-
-def _hf_rows(spec: str) -> list[tuple[int, Any]]:
-    """Rows of a hub dataset, numbered from 1 like lines, so errors point at a row."""
-    name, _, split = spec[len(HF_PREFIX):].partition(":")
-    try:
-        import datasets
-    except ImportError:
-        raise ConfigError("a Hugging Face dataset needs the optional `datasets` package: pip install datasets",
-                          spec) from None
-    try:
-        rows = datasets.load_dataset(name, split=split or "test")
-    except Exception as exc:  # noqa: BLE001 - offline, unknown name, bad split: one line for the user
-        raise ConfigError(f"cannot load {name!r} (split {split or 'test'!r}) from the Hugging Face hub: "
-                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", spec) from None
-    return [(i, dict(row)) for i, row in enumerate(rows, start=1)]
 
 
 PATH_FIELDS = ("repo_path",)
@@ -173,58 +154,9 @@ def dataset_hash(path: str | Path) -> str:
 # ---- parsing --------------------------------------------------------------------------------
 
 
-def _fail(path: Path, line: int, problem: str) -> None:
-    raise ConfigError(f"line {line}: {problem}", str(path))
-
-
-def _jsonl_rows(text: str, path: Path) -> list[tuple[int, Any]]:
-    rows = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            rows.append((number, json.loads(raw)))
-        except json.JSONDecodeError as exc:
-            _fail(path, number, f"invalid JSON: {exc.msg} (column {exc.colno})")
-    return rows
-
-
-def _json_list_rows(text: str, path: Path) -> list[tuple[int, Any]]:
-    """Decode the list item by item so each row still knows the line it starts on."""
-    decoder = json.JSONDecoder()
-    ws = re.compile(r"\s*")
-    line_of = lambda pos: text.count("\n", 0, pos) + 1  # noqa: E731
-
-    def decode_error(exc: json.JSONDecodeError) -> None:
-        _fail(path, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})")
-
-    pos = ws.match(text, 0).end()
-    if not text.startswith("[", pos):
-        _fail(path, line_of(pos), "a .json dataset must hold a list of tasks (use .jsonl for one task per line)")
-    pos = ws.match(text, pos + 1).end()
-    rows: list[tuple[int, Any]] = []
-    if text.startswith("]", pos):
-        return rows
-    while True:
-        try:
-            item, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            decode_error(exc)
-        rows.append((line_of(pos), item))
-        pos = ws.match(text, end).end()
-        if text.startswith("]", pos):
-            break
-        if not text.startswith(",", pos):
-            _fail(path, line_of(pos), "invalid JSON: expected ',' or ']' after a task")
-        pos = ws.match(text, pos + 1).end()
-    if ws.match(text, pos + 1).end() != len(text):
-        _fail(path, line_of(pos + 1), "invalid JSON: extra data after the list")
-    return rows
-
-
 def _task(row: Any, line: int, path: Path) -> Task:
     if not isinstance(row, dict):
-        _fail(path, line, f"a task must be a JSON object, got {_type_name(row)}")
+        _fail(path, line, f"a task must be a JSON object, got {type_name(row)}")
     if "task_id" in row and set(row) <= TASK_FIELDS:
         fields, id_key = dict(row), "task_id"
     else:
@@ -256,7 +188,7 @@ def _flat(row: dict[str, Any], line: int, path: Path) -> tuple[dict[str, Any], s
     prompt_key = next((k for k in PROMPT_KEYS if k in row), None)
     prompt = row[prompt_key] if prompt_key else None
     if prompt is not None and not isinstance(prompt, str):
-        _fail(path, line, f"field {prompt_key!r} must be a string, got {_type_name(prompt)}")
+        _fail(path, line, f"field {prompt_key!r} must be a string, got {type_name(prompt)}")
     fields: dict[str, Any] = {
         "task_id": row[id_key],
         "prompt": prompt,
@@ -266,9 +198,3 @@ def _flat(row: dict[str, Any], line: int, path: Path) -> tuple[dict[str, Any], s
         if key in row:
             fields[key] = row[key]
     return fields, id_key
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), type(value).__name__
-    )

@@ -85,6 +85,10 @@ class TaskOutcome(RolloutError):
         return self.message
 
 
+SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+"""A command whose output starts with this line submits (Mini-SWE); the rest of its output is the submission."""
+
+
 class Submitted(TaskOutcome):
     exit_reason = ExitReason.SUBMITTED
 
@@ -235,3 +239,8 @@ ALL_ERROR_TYPES: tuple[type[RolloutError], ...] = (
     AgentProtocolError,
     ConfigError,
 )
+
+
+def exit_reason_of(exc: BaseException) -> ExitReason:
+    """The exit reason an exception stands for (an untyped error: ``internal_error``)."""
+    return exc.exit_reason if isinstance(exc, RolloutError) else ExitReason.INTERNAL_ERROR

@@ -18,6 +18,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from rollout.errors import ConfigError
+
 NON_RESULT_KEYS: tuple[str, ...] = (
     # Where results go and how they are shown.
     "output",
@@ -127,6 +129,57 @@ def build_manifest(config: dict[str, Any], dataset_path: str | Path | None, seed
         "seeds": dict(seeds),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+class RunConfigChanged(ConfigError):
+    """The stored config differs from this one in keys that change results."""
+
+    def __init__(self, keys: list[str], run_dir: str = ""):
+        where = f" of {run_dir}" if run_dir else ""
+        super().__init__(
+            f"config{where} changed in result-affecting keys: {', '.join(keys)}; "
+            "pass --new-run to start a new run (old files are kept under previous-*/)",
+            "config",
+        )
+        self.keys, self.run_dir = list(keys), run_dir
+
+    def __reduce__(self):  # rebuild from keys (``args`` keeps ConfigError's (message, field) for ``str``)
+        return type(self), (self.keys, self.run_dir)
+
+
+class DatasetChanged(ConfigError):
+    """Dataset rows whose stored results came from a different version of the row."""
+
+    def __init__(self, ids: list[str], run_dir: str = ""):
+        shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+        where = f" of {run_dir}" if run_dir else ""
+        super().__init__(f"{len(ids)} dataset row(s) changed since their results{where} were written: {shown}; "
+                         "pass --new-run to start a new run (old files are kept under previous-*/), or restore "
+                         "the rows", "dataset")
+        self.ids, self.run_dir = list(ids), run_dir
+
+    def __reduce__(self):
+        return type(self), (self.ids, self.run_dir)
+
+
+def changed_rows(previous: dict[str, Any], manifest: dict[str, Any], with_results: set[str]) -> list[str]:
+    """Task ids with stored results whose dataset row hash differs between the stored and the new manifest
+    (rows new to the run, or never run, may change freely; manifests without ``dataset.rows`` compare nothing)."""
+    rows = (manifest.get("dataset") or {}).get("rows") or {}
+    old_rows = (previous.get("dataset") or {}).get("rows") or {}
+    return sorted(i for i, h in rows.items() if i in with_results and old_rows.get(i, h) != h)
+
+
+def resumed_manifest(previous: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a resumed run: this segment's, every earlier one under ``history`` (results may come from
+    different code), and the row hashes of tasks not selected this time kept as their results came from."""
+    rows = (manifest.get("dataset") or {}).get("rows")
+    if rows is not None:
+        old_rows = (previous.get("dataset") or {}).get("rows") or {}
+        manifest = {**manifest, "dataset": {**manifest["dataset"], "rows": {**old_rows, **rows}}}
+    history = previous.pop("history", [])
+    (previous.get("dataset") or {}).pop("rows", None)  # the top level has them all
+    return {**manifest, "history": [*history, previous]}
 
 
 KEY_PACKAGES = ("pydantic", "aiohttp", "pyyaml", "jinja2", "ray", "docker", "vllm", "openai")

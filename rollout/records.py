@@ -1,9 +1,5 @@
 """The records a rollout reads and writes: Task, Action, Observation, Step, Trajectory, RolloutResult.
-
-All are pydantic models: typed, JSON-serialisable (``model_dump_json`` / ``model_validate_json``)
-and picklable. Messages stay plain dicts in the OpenAI chat format, so they go to any
-chat-completions endpoint unchanged.
-"""
+Pydantic models (JSON and pickle); messages stay plain dicts in the OpenAI chat format."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from rollout.errors import ExitReason, RolloutError, is_retryable
+from rollout.errors import ExitReason, is_retryable
 
 Message = dict[str, Any]
 """One chat message: ``{"role": ..., "content": ..., "tool_calls"?: [...], "tool_call_id"?: ...}``."""
@@ -250,9 +246,3 @@ class RolloutResult(Record):
     @property
     def summary(self) -> EpisodeSummary:
         return self.trajectory.summary(self.reward)
-
-
-def exit_reason_of(exc: BaseException) -> ExitReason:
-    if isinstance(exc, RolloutError):
-        return exc.exit_reason
-    return ExitReason.INTERNAL_ERROR

@@ -21,11 +21,12 @@ from rollout.errors import (
     TaskOutcome,
     TimeLimitExceeded,
     VerifierError,
+    exit_reason_of,
     is_retryable,
 )
 from rollout.events import Observer
 from rollout.protocols import Agent, Environment, Model, Verifier
-from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Task, Usage, exit_reason_of
+from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Task, Usage
 from rollout.termination import Limits, Termination
 
 TIME_LIMIT_GRACE = 5.0

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from agents.swe_prompts import SUBMIT_SENTINEL
+from rollout.errors import SUBMIT_SENTINEL
 
 
 def demo_policy(messages: list[dict[str, Any]], ctx) -> str | dict[str, Any]:

@@ -5,19 +5,14 @@ from __future__ import annotations
 from rollout.models.scripted import Output, PolicyContext
 from rollout.records import Message
 
-SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-
-
-def _text(content: object) -> str:
-    if isinstance(content, list):  # content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
+from rollout.errors import SUBMIT_SENTINEL
+from rollout.context import message_text
 
 
 def echo(messages: list[Message], ctx: PolicyContext) -> Output:
     """Echo the last user or tool message as plain text: no tool calls, so a natural completion."""
     last = next((m for m in reversed(messages) if m.get("role") in ("user", "tool")), None)
-    return "echo: " + (_text(last.get("content")) if last else "")
+    return "echo: " + (message_text(last) if last else "")
 
 
 def bash_echo(messages: list[Message], ctx: PolicyContext) -> Output:
