@@ -13,7 +13,7 @@ from pydantic import Field
 
 from envs.host_files import read_host_file, write_host_file
 from envs.process import kill_group, run_capped
-from rollout.config import StrictModel, validate
+from rollout.config import StrictModel, coerce
 from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
 from rollout.protocols import ExecResult
 
@@ -45,10 +45,7 @@ class LocalRuntime:
     Processes that start a new session themselves (``setsid``, daemons) escape the group."""
 
     def __init__(self, config: LocalRuntimeConfig | Mapping[str, Any] | None = None, *, trusted_model: bool = False):
-        if config is None:
-            config = LocalRuntimeConfig()
-        elif not isinstance(config, LocalRuntimeConfig):
-            config = validate(LocalRuntimeConfig, config, prefix="runtime")
+        config = coerce(LocalRuntimeConfig, config, prefix="runtime")
         self.config = config
         self.trusted_model = trusted_model
         """Set by the composition layer when the model is the scripted model (its commands are ours)."""

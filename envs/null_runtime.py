@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from rollout.config import StrictModel, validate
+from rollout.config import StrictModel, coerce
 from rollout.errors import RuntimeFailure
 from rollout.protocols import ExecResult
 
@@ -41,10 +41,7 @@ class NullRuntime:
     __slots__ = ("config", "_state", "_files")
 
     def __init__(self, config: NullRuntimeConfig | Mapping[str, Any] | None = None):
-        if config is None:
-            config = NullRuntimeConfig()
-        elif not isinstance(config, NullRuntimeConfig):
-            config = validate(NullRuntimeConfig, config, prefix="runtime")
+        config = coerce(NullRuntimeConfig, config, prefix="runtime")
         self.config = config
         self._state = _NEW
         self._files: dict[str, bytes] | None = None

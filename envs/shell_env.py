@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from envs.output import elide
-from rollout.config import StrictModel, validate
+from rollout.config import StrictModel, coerce
 from rollout.errors import EnvironmentFailure
 from rollout.protocols import EnvReset, ExecResult, Runtime
 from rollout.records import Action, Observation, Task
@@ -45,10 +45,7 @@ class ShellEnvironment:
     """
 
     def __init__(self, runtime: Runtime, config: ShellEnvironmentConfig | Mapping[str, Any] | None = None):
-        if config is None:
-            config = ShellEnvironmentConfig()
-        elif not isinstance(config, ShellEnvironmentConfig):
-            config = validate(ShellEnvironmentConfig, config, prefix="environment")
+        config = coerce(ShellEnvironmentConfig, config, prefix="environment")
         self.runtime = runtime
         """Kept public: graders run commands in the same runtime after the episode."""
         self.config = config

@@ -121,6 +121,14 @@ def validate(model: type[M], data: Any, prefix: str = "") -> M:
         raise config_error(exc, prefix) from None
 
 
+def coerce(model: type[M], config: Any, prefix: str = "") -> M:
+    """A component's config from what its constructor was given: the defaults for None, an instance as is,
+    anything else validated (errors name ``prefix.<field>``)."""
+    if config is None:
+        return model()
+    return config if isinstance(config, model) else validate(model, config, prefix)
+
+
 def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
     errors = exc.errors()
     first = errors[0]
