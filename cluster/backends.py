@@ -104,7 +104,10 @@ class DemoServer:
         from rollout.models.fake_server import FakeServerConfig, start_fake_server
 
         fs = self.section
-        self.server = await start_fake_server(FakeServerConfig(policy=fs.policy, latency=fs.latency, faults=fs.faults))
+        from cluster.names import POLICIES
+
+        self.server = await start_fake_server(FakeServerConfig(policy=POLICIES.resolve(fs.policy), latency=fs.latency,
+                                                               faults=fs.faults))
         self.source.base_url = self.server.url
 
     async def stop(self) -> None:

@@ -150,10 +150,11 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_fake_server(args: argparse.Namespace) -> int:
+    from cluster.names import POLICIES
     from rollout.models.fake_server import FakeServerConfig, serve
 
-    serve(FakeServerConfig(host=args.host, port=args.port, policy=args.policy, latency=args.latency,
-                           dataset=args.dataset, model=args.model))
+    serve(FakeServerConfig(host=args.host, port=args.port, policy=POLICIES.resolve(args.policy),
+                           latency=args.latency, dataset=args.dataset, model=args.model))
     return 0
 
 

@@ -20,7 +20,8 @@ from rollout.config import deep_merge, validate
 from rollout.errors import ConfigError
 from rollout.protocols import Agent, Environment, Model, Verifier
 from rollout.records import RequestMeta, Task
-from rollout.registry import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, Registry
+from cluster.names import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, with_policy_path
+from rollout.registry import Registry
 from rollout.termination import Limits
 
 
@@ -85,7 +86,7 @@ def model_is_scripted(config: RunConfig) -> bool:
 class Composer:
     def __init__(self, config: RunConfig, tasks: list[Task] = ()):
         self.config = config
-        self.model_component = component(MODELS, config.model, "model")
+        self.model_component = component(MODELS, with_policy_path(config.model, "model.policy"), "model")
         self.trusted_model = model_is_scripted(config)
         self.profiles: dict[str | None, Profile] = {None: self._profile(None)}
         for name in config.profiles:

@@ -24,6 +24,7 @@ from rollout.dataset import load_tasks, row_hash, select
 from rollout.manifest import build_manifest
 from rollout.records import RolloutResult, Task
 from rollout.resume import Plan
+from cluster.names import POLICIES
 from rollout.registry import Registry
 from rollout.run_store import RunStore
 from rollout.summary import format_table, summarize
@@ -220,7 +221,8 @@ async def start_demo_server(job: Job):
     remote = farm.backend == "ray" and bool(farm.address or os.environ.get("RAY_ADDRESS") or in_ray_job())
     config = validate(
         FakeServerConfig,
-        {"policy": section.policy, "latency": section.latency, "dataset": str(job.dataset_path), "faults": section.faults,
+        {"policy": POLICIES.resolve(section.policy), "latency": section.latency, "dataset": str(job.dataset_path),
+         "faults": section.faults,
          "host": "0.0.0.0" if remote else "127.0.0.1"},
         prefix="fake_server",
     )

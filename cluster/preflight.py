@@ -34,7 +34,7 @@ def check_fake_server(config: RunConfig) -> None:
     if config.fake_server is None:
         return
     from rollout.models.fake_server import FaultsConfig
-    from rollout.registry import POLICIES
+    from cluster.names import POLICIES
 
     validate(FaultsConfig, config.fake_server.faults, prefix="fake_server.faults")
     POLICIES.load(config.fake_server.policy, field="fake_server.policy")

@@ -1,8 +1,6 @@
-"""Short names for implementations, resolved lazily to import paths (a dotted path works too).
-
-The tables are plain strings: nothing is imported until a config names it, so ``rollout``
-stays free of ``agents``/``envs``/``cluster`` imports at import time.
-"""
+"""Short names resolved lazily to import paths (a dotted path works too): the ``Registry`` every package's
+table of names uses. Each package owns its table (``rollout/models/registry.py``, ``agents/registry.py``,
+``envs/registry.py``); composition in ``cluster/`` reads them, so ``rollout/`` names no implementation."""
 
 from __future__ import annotations
 
@@ -26,6 +24,10 @@ class Registry:
     def resolve(self, name: str) -> str:
         return self.entries.get(name, name)
 
+    def merged(self, other: "Registry") -> "Registry":
+        """A registry with both tables (``other`` wins a clash)."""
+        return Registry(self.kind, {**self.entries, **other.entries})
+
     def load(self, name: str, field: str = "") -> Any:
         """The object a short name or ``pkg.module:attr`` / ``pkg.module.attr`` path names."""
         path = self.resolve(name)
@@ -34,83 +36,16 @@ class Registry:
         elif "." in path:
             module_name, _, attr = path.rpartition(".")
         else:
-            raise ConfigError(
-                f"unknown {self.kind} {name!r}; choose one of {', '.join(self.names())} or give a dotted import path",
-                field or self.kind,
-            )
+            choices = ", ".join(self.names())
+            raise ConfigError(f"unknown {self.kind} {name!r}; choose one of {choices} or give a dotted import path",
+                              field or self.kind)
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise ConfigError(f"cannot import {module_name!r} for {self.kind} {name!r}: {exc}", field or self.kind) from exc
+            raise ConfigError(f"cannot import {module_name!r} for {self.kind} {name!r}: {exc}",
+                              field or self.kind) from exc
         try:
             return getattr(module, attr)
         except AttributeError:
-            raise ConfigError(f"{module_name!r} has no attribute {attr!r} ({self.kind} {name!r})", field or self.kind) from None
-
-
-MODELS = Registry(
-    "model",
-    {
-        "scripted": "rollout.models.scripted:ScriptedModel",
-        "openai": "rollout.models.openai_client:OpenAIModel",
-    },
-)
-AGENTS = Registry(
-    "agent",
-    {
-        "tool_calling": "agents.tool_agent:ToolCallingAgent",
-        "text_action": "agents.text_agent:TextActionAgent",
-        "mini_swe": "agents.swe_agent:MiniSweAgent",
-    },
-)
-PARSERS = Registry(
-    "parser",
-    {
-        "openai_tools": "agents.parsers.openai_tools:OpenAIToolsParser",
-        "json": "agents.parsers.json_action:JSONActionParser",
-        "react": "agents.parsers.react:ReActParser",
-        "function_calls": "agents.parsers.function_calls:FunctionCallsParser",
-        "bash_block": "agents.parsers.bash_block:BashBlockParser",
-    },
-)
-ENVIRONMENTS = Registry(
-    "environment",
-    {
-        "tool": "envs.tool_env:ToolEnvironment",
-        "step": "envs.step_env:StepEnvironmentAdapter",
-        "shell": "envs.shell_env:ShellEnvironment",
-        "swe": "envs.swe_env:SweEnvironment",
-    },
-)
-RUNTIMES = Registry(
-    "runtime",
-    {
-        "null": "envs.null_runtime:NullRuntime",
-        "local": "envs.local_runtime:LocalRuntime",
-        "docker": "envs.docker_runtime:DockerRuntime",
-        "podman": "envs.docker_runtime:DockerRuntime",
-        "apptainer": "envs.apptainer_runtime:ApptainerRuntime",
-    },
-)
-VERIFIERS = Registry(
-    "verifier",
-    {
-        "check_command": "envs.verifiers:CheckCommandVerifier",
-        "answer_match": "envs.verifiers:AnswerMatchVerifier",
-        "env_reward": "envs.verifiers:EnvRewardVerifier",
-        "swe": "envs.swe_grading:SweVerifier",
-    },
-)
-POLICIES = Registry(
-    "policy",
-    {
-        "demo": "agents.demo.policy:demo_policy",
-        "echo": "rollout.models.policies:echo",
-        "bash_echo": "rollout.models.policies:bash_echo",
-        "oracle": "rollout.models.policies:oracle",
-        "seed_writer": "rollout.models.policies:seed_writer",
-        "gold": "rollout.models.swe_policies:gold",
-        "empty": "rollout.models.swe_policies:empty",
-        "replay": "rollout.models.swe_policies:replay",
-    },
-)
+            raise ConfigError(f"{module_name!r} has no attribute {attr!r} ({self.kind} {name!r})",
+                              field or self.kind) from None

@@ -4,7 +4,8 @@ import pytest
 
 from rollout.config import StrictModel, load_config, validate
 from rollout.errors import ConfigError
-from rollout.registry import AGENTS, Registry
+from agents.registry import AGENTS
+from rollout.registry import Registry
 from rollout.termination import Limits
 
 

@@ -23,7 +23,7 @@ __all__ = [
 def load_parser(name: str, options: dict | None = None, field: str = "agent.parser"):
     """The parser a config names (short name or dotted path), built with its options."""
     from rollout.errors import ConfigError
-    from rollout.registry import PARSERS
+    from agents.registry import PARSERS
 
     cls = PARSERS.load(name, field=field)
     try:

@@ -52,7 +52,7 @@ RETRY_STATUSES = frozenset({408, 409, 425, 429})
 
 class OpenAIModelConfig(StrictModel):
     type: str = "openai"
-    """Registry name (``rollout.registry.MODELS``)."""
+    """Registry name (``rollout.models.registry.MODELS``)."""
     base_url: str = "http://127.0.0.1:8000/v1"
     """The API root; requests go to ``{base_url}/chat/completions``."""
     model: str = ""

@@ -132,7 +132,7 @@ class ScriptedModel:
     def from_config(cls, config: ScriptedModelConfig, tasks: Mapping[str, Task] | None = None) -> "ScriptedModel":
         policy = None
         if config.policy is not None:
-            from rollout.registry import POLICIES
+            from rollout.models.registry import POLICIES
 
             policy = POLICIES.load(config.policy, field="model.policy")
         return cls(config.outputs, policy, tasks=tasks, name=config.name, context_window=config.context_window)

@@ -18,7 +18,7 @@ from agents.parsers import (
 from rollout.errors import ConfigError, FormatError
 from rollout.protocols import ActionParser
 from rollout.records import Action
-from rollout.registry import PARSERS
+from agents.registry import PARSERS
 
 TEXT_PARSERS = [JSONActionParser, ReActParser, FunctionCallsParser, BashBlockParser]
 ALL_PARSERS = [OpenAIToolsParser, *TEXT_PARSERS]

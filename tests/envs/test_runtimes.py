@@ -14,7 +14,7 @@ from envs.local_runtime import LocalRuntime
 from envs.null_runtime import NullRuntime
 from rollout.errors import ConfigError, RuntimeFailure
 from rollout.protocols import ExecResult
-from rollout.registry import RUNTIMES
+from envs.registry import RUNTIMES
 
 
 def local(tmp_path, **overrides) -> LocalRuntime:
