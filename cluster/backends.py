@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, TextIO
 
@@ -13,11 +12,6 @@ from rollout.errors import ConfigError
 DEADLINE_MARGIN = 300.0
 """Seconds added to the agent's and the model's time limits and the grading timeout for the default host-side
 deadline (the environment's reset, e.g. a container start, counts against neither limit)."""
-
-
-def in_ray_job() -> bool:
-    """True inside a driver started by ``ray job submit`` (Ray hands it the job's config in this variable)."""
-    return bool(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"))
 
 
 def default_deadline(composer: Composer) -> float | None:
@@ -89,28 +83,3 @@ def farm_settings(config: RunConfig, composer: Composer) -> dict[str, Any]:
         deadline_per_attempt=config.farm.deadline or default_deadline(composer),
         engines=sorted(composer.container_engines()), name=config.run_id or "farm",
     )
-
-
-class DemoServer:
-    """A config's ``fake_server`` section served for as long as a farm lives (a scripted policy over HTTP, for
-    demos and tests); ``start`` points the source's model at it. Nothing happens without that section."""
-
-    def __init__(self, section: Any, source: Any):
-        self.section, self.source, self.server = section, source, None
-
-    async def start(self) -> None:
-        if self.section is None:
-            return
-        from rollout.models.fake_server import FakeServerConfig, start_fake_server
-
-        fs = self.section
-        from cluster.names import POLICIES
-
-        self.server = await start_fake_server(FakeServerConfig(policy=POLICIES.resolve(fs.policy), latency=fs.latency,
-                                                               faults=fs.faults))
-        self.source.base_url = self.server.url
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            await self.server.stop()
-            self.server = None

@@ -94,6 +94,10 @@ class Composer:
         self.tasks: dict[str, Task] = {}
         self.bind_tasks(tasks)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Shipped to workers without the dataset: each binds the tasks it is handed (``bind_tasks``)."""
+        return {**self.__dict__, "tasks": {}}
+
     def container_engines(self) -> set[str]:
         """Container engines the profiles' runtimes use (their leftovers are reaped at a run's start)."""
         engines = set()
@@ -164,7 +168,7 @@ class Composer:
         verifier = None
         if profile.verifier is not None:
             verifier = build(profile.verifier, env=env)
-        elif hasattr(env, "verify"):
+        elif isinstance(env, Verifier):  # an environment that grades itself
             verifier = env
         return RolloutParts(profile.agent, env, verifier, profile.limits)
 

@@ -13,14 +13,14 @@ flight, and shows its progress: one line redrawn in place on a terminal, plain p
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol, TextIO
+from typing import Any, Awaitable, Callable, TextIO
 
 from cluster import live
+from cluster.seam import Backend
 from rollout import events
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.resume import Plan, attempt_record, can_retry
@@ -31,10 +31,6 @@ log = logging.getLogger(__name__)
 
 BACKEND_LIVE_TIMEOUT = 5.0
 """Seconds to wait for a backend's ``live()`` rows before writing the live view from what the driver knows."""
-
-
-class Backend(Protocol):
-    async def execute(self, task: Task, meta: RequestMeta, observers: list[events.Observer]) -> RolloutResult: ...
 
 
 def rollout_meta(run_id: str, task: Task, sample: int, attempt: int, base_seed: int) -> RequestMeta:
@@ -94,12 +90,9 @@ class Driver:
         """What live.json holds: progress, outcome counts, failures by type, and the in-flight rollouts (from the
         backend's ``live()`` when it has one, e.g. Ray workers; else from the rollouts' events)."""
         rows = None
-        backend_live = getattr(self.backend, "live", None)
-        if self.state == live.RUNNING and callable(backend_live):
+        if self.state == live.RUNNING:
             try:
-                rows = backend_live()
-                if inspect.isawaitable(rows):
-                    rows = await asyncio.wait_for(rows, BACKEND_LIVE_TIMEOUT)
+                rows = await asyncio.wait_for(self.backend.live(), BACKEND_LIVE_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - a view of the run must never stop it
                 log.warning("the backend's live rows are unavailable: %s: %s", type(exc).__name__, exc)
                 rows = None
@@ -195,9 +188,7 @@ class Driver:
         last_line = time.monotonic()
         while True:
             await asyncio.sleep(self.live_interval)
-            note_queue = getattr(self.backend, "note_queue", None)
-            if note_queue is not None:  # the farm's queue-depth metric: not yet started + waiting for a slot
-                note_queue(self._queue.qsize())
+            self.backend.note_queue(self._queue.qsize())  # queue depth: not yet started + waiting for a slot
             if self.live_dir is not None:
                 try:
                     self._write_live(await self.live_state())

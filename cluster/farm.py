@@ -73,9 +73,10 @@ class RolloutFarm:
     def from_config(cls, config: str | Path | dict | list, overrides: Sequence[str] = (), **options: Any) -> "RolloutFarm":
         """A farm from a run config (files merged in order, or a dict); ``dataset`` is not needed.
         ``farm``, ``run`` and ``fake_server`` sections apply; keyword options override them."""
-        from cluster.backends import DemoServer, farm_settings
+        from cluster.backends import farm_settings
         from cluster.compose import Composer
-        from cluster.job import resolve_auto_runtimes
+        from cluster.demo_server import DemoServer, joins_cluster
+        from cluster.host_checks import resolve_auto_runtimes
         from cluster.run_config import RunConfig
         from rollout.config import load_config, validate
 
@@ -87,9 +88,10 @@ class RolloutFarm:
         raw.setdefault("dataset", {"path": "-"})
         resolve_auto_runtimes(raw)
         run_config = validate(RunConfig, raw)
-        source = ConfigSource(raw)
-        server = DemoServer(run_config.fake_server, source)
-        settings = {**farm_settings(run_config, Composer(run_config)), **options}
+        composer = Composer(run_config)
+        source = ConfigSource(composer)
+        server = DemoServer(run_config.fake_server, source, remote=joins_cluster(run_config.farm))
+        settings = {**farm_settings(run_config, composer), **options}
         return cls(source, on_start=server.start, on_close=server.stop, **settings)
 
     @classmethod

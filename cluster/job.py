@@ -6,7 +6,6 @@ reachability, stored run) before any rollout starts; ``execute`` runs what the p
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -15,17 +14,19 @@ from typing import Any, Awaitable, Callable, TextIO
 
 from cluster import preflight
 from cluster.compose import Composer
+from cluster.demo_server import joins_cluster, start_demo_server
 from cluster.driver import Driver
+from cluster.host_checks import reap_leftovers, resolve_auto_runtimes
 from cluster.local_backend import LocalBackend
-from cluster.swe_outputs import model_name, write_swe_outputs
 from cluster.run_config import RunConfig
+from cluster.run_home import resolve_run_dir
+from cluster.swe_outputs import model_name, write_swe_outputs
 from rollout.config import load_config, validate
 from rollout.dataset import load_tasks, row_hash, select
 from rollout.manifest import build_manifest
 from rollout.records import RolloutResult, Task
-from rollout.resume import Plan
-from cluster.names import POLICIES
 from rollout.registry import Registry
+from rollout.resume import Plan
 from rollout.run_store import RunStore
 from rollout.summary import format_table, summarize
 
@@ -42,24 +43,6 @@ class Job:
     store: RunStore
     plan: Plan
     out: TextIO = field(default=sys.stderr)
-
-
-JOB_ROLLOUT_HOME = "~/rollout-farm/runs"
-"""Where runs go inside ``ray job submit`` when ``ROLLOUT_HOME`` is unset (the job's cwd is a throwaway copy)."""
-
-
-def rollout_home() -> Path:
-    home = os.environ.get("ROLLOUT_HOME")
-    if not home:
-        from cluster.backends import in_ray_job
-
-        home = JOB_ROLLOUT_HOME if in_ray_job() else "runs"
-    return Path(home).expanduser().resolve()
-
-
-def resolve_run_dir(config: RunConfig, run_id: str) -> Path:
-    out = Path(config.output.dir or run_id).expanduser()
-    return out if out.is_absolute() else rollout_home() / out
 
 
 def prepare(
@@ -105,24 +88,6 @@ def prepare(
     return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out)
 
 
-def resolve_auto_runtimes(raw: dict[str, Any]) -> list[str]:
-    """``runtime: {type: auto, ...}``: docker when a daemon answers, else the local runtime; says which
-    and why. Keys of the section that the chosen runtime does not have are dropped."""
-    sections = [("runtime", raw)] + [(f"profiles.{n}.runtime", p) for n, p in (raw.get("profiles") or {}).items()
-                                     if isinstance(p, dict)]
-    notes = []
-    for where, holder in sections:
-        section = holder.get("runtime")
-        if not isinstance(section, dict) or section.get("type") != "auto":
-            continue
-        chosen, why = ("docker", "a docker daemon answers") if docker_answers() else (
-            "local", "no docker daemon answers; commands run in a local workspace")
-        options = {k: v for k, v in section.items() if k != "type"}
-        holder["runtime"] = {"type": chosen, **options.get(chosen, {})}
-        notes.append(f"{where}: {chosen} ({why})")
-    return notes
-
-
 async def execute(job: Job) -> dict[str, Any]:
     """Run what is left of the job; write and return summary.json's content."""
     say = lambda text: print(text, file=job.out, flush=True)  # noqa: E731
@@ -132,11 +97,12 @@ async def execute(job: Job) -> dict[str, Any]:
     finished: list[RolloutResult] = []
     t0 = time.perf_counter()
     try:
-        reap_leftovers(job)
+        reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
         if job.plan.todo:
             base_url = None
             if job.config.fake_server is not None:
-                server = await start_demo_server(job)
+                server = await start_demo_server(job.config.fake_server, dataset=job.dataset_path,
+                                                 remote=joins_cluster(job.config.farm))
                 base_url = server.url
                 say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
             backend, close_backend = await open_backend(job, base_url)
@@ -204,63 +170,10 @@ async def open_backend(job: Job, base_url: str | None) -> tuple[Any, Callable[[]
     from cluster.backends import start_ray_backend
     from cluster.worker import ConfigSource
 
-    backend = await start_ray_backend(ConfigSource(job.raw, base_url), job.config, job.composer, run_id=job.run_id,
+    backend = await start_ray_backend(ConfigSource(job.composer, base_url), job.config, job.composer, run_id=job.run_id,
                                       run_dir=str(job.run_dir), out=job.out)
     return backend, backend.close
 
 
-async def start_demo_server(job: Job):
-    """The scripted policy over HTTP, on 127.0.0.1 unless the run joins a cluster: then on every interface,
-    advertised with this machine's address so workers on other nodes reach it."""
-    from rollout.models.fake_server import FakeServerConfig, start_fake_server
-
-    section = job.config.fake_server
-    farm = job.config.farm
-    from cluster.backends import in_ray_job
-
-    remote = farm.backend == "ray" and bool(farm.address or os.environ.get("RAY_ADDRESS") or in_ray_job())
-    config = validate(
-        FakeServerConfig,
-        {"policy": POLICIES.resolve(section.policy), "latency": section.latency, "dataset": str(job.dataset_path),
-         "faults": section.faults,
-         "host": "0.0.0.0" if remote else "127.0.0.1"},
-        prefix="fake_server",
-    )
-    server = await start_fake_server(config)
-    if remote:
-        port = server.root_url.rsplit(":", 1)[1]
-        server.root_url = f"http://{node_address()}:{port}"
-        server.url = server.root_url + "/v1"
-    return server
-
-
-def node_address() -> str:
-    """This node's address as the cluster sees it."""
-    from ray.util import get_node_ip_address
-
-    return get_node_ip_address()
-
-
 def _k_values(samples: int) -> tuple[int, ...]:
     return tuple(sorted({1, samples})) if samples > 1 else (1,)
-
-
-def reap_leftovers(job: Job) -> None:
-    """Containers an earlier, dead attempt of this run left behind (a SIGKILL skips every cleanup)."""
-    from envs.containers import remove_leftovers
-
-    for engine in sorted(job.composer.container_engines()):
-        removed = remove_leftovers(job.run_id, engine)
-        if removed:
-            print(f"removed {len(removed)} {engine} container(s) left by an earlier attempt of {job.run_id}",
-                  file=job.out, flush=True)
-
-
-def docker_answers() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=5).ping()
-        return True
-    except Exception:  # noqa: BLE001 - no SDK, no daemon, no permission: all mean "not here"
-        return False

@@ -188,7 +188,7 @@ def find_run_dir(run: str | Path) -> Path:
     path = Path(run).expanduser()
     if path.is_dir():
         return path.resolve()
-    from cluster.job import rollout_home
+    from cluster.run_home import rollout_home
 
     home = rollout_home()
     if (home / str(run)).is_dir():

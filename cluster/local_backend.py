@@ -7,13 +7,14 @@ import asyncio
 from typing import Any
 
 from cluster.compose import Composer
+from cluster.seam import Backend
 from rollout.events import Observer
 from rollout.protocols import Model
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.runner import failure_result, run_rollout
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     def __init__(self, composer: Composer, model: Model):
         self.composer = composer
         self.model = model
@@ -29,7 +30,7 @@ class LocalBackend:
         )
 
 
-class InProcessBackend:
+class InProcessBackend(Backend):
     """``RolloutFarm(backend="local")``: one ``RolloutWorker`` in this process, with the farm's broadcast."""
 
     def __init__(self, source: Any):

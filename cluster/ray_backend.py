@@ -27,6 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.channel import Channel, WorkerGone, as_future, first_line, retrieve
 from cluster.reaping import reap_dead_owners, remove_rollout_containers
+from cluster.seam import Backend
 from cluster.slots import Node, Resources
 from cluster.wire import decode_result
 from cluster.worker import RolloutWorker
@@ -52,7 +53,7 @@ def worker_actor_class() -> Any:
     return _WorkerActor
 
 
-class RayBackend:
+class RayBackend(Backend):
     """``Backend`` for the driver: ``execute(task, meta, observers)`` on the least loaded node's worker."""
 
     def __init__(self, source: Any, *, run_id: str, resources: Resources, concurrency: int,

@@ -2,8 +2,8 @@
 as the local backend (``run_rollout``), on behalf of a driver.
 
 The class is plain Python (``cluster.ray_backend`` makes it a Ray actor), so it is also testable without
-a cluster. What to build per rollout comes from a *source*: ``ConfigSource`` (a run config, validated again
-in the worker) or ``ObjectSource`` (objects a trainer handed to ``RolloutFarm``, shipped by pickling).
+a cluster. What to build per rollout comes from a *source*: ``ConfigSource`` (a run config's ``Composer``,
+validated once by the driver) or ``ObjectSource`` (objects a trainer handed to ``RolloutFarm``, shipped by pickling).
 Every model call of the worker goes through one gate, so ``pause()`` stops new model calls during a weight
 update and ``set_policy_version()`` stamps the version on every turn that starts after it.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from cluster.compose import RolloutParts
 from rollout import events
 from rollout.protocols import Environment, Model, ModelResponse, Verifier
 from rollout.records import RequestMeta, RolloutResult, Task
@@ -24,38 +24,19 @@ from rollout.runner import failure_result, run_rollout
 from rollout.termination import Limits
 
 
-@dataclass
-class Parts:
-    agent: Any
-    env: Environment
-    verifier: Verifier | None
-    limits: Limits
-
-
 class ConfigSource:
-    """Parts from a run config (the raw dict, ``runtime: auto`` already resolved by the driver)."""
+    """Parts from a run config, validated once by the driver: its ``Composer`` is shipped as is (without the
+    dataset: a worker binds the tasks it is handed)."""
 
-    def __init__(self, raw: dict[str, Any], base_url: str | None = None):
-        self.raw, self.base_url = raw, base_url
-        self._composer: Any = None
-
-    def _compose(self) -> Any:
-        if self._composer is None:
-            from cluster.compose import Composer
-            from cluster.run_config import RunConfig
-            from rollout.config import validate
-
-            self._composer = Composer(validate(RunConfig, self.raw))
-        return self._composer
+    def __init__(self, composer: Any, base_url: str | None = None):
+        self.composer, self.base_url = composer, base_url
 
     def build_model(self) -> Model:
-        return self._compose().build_model(self.base_url)
+        return self.composer.build_model(self.base_url)
 
-    def parts(self, task: Task, meta: RequestMeta) -> Parts:
-        composer = self._compose()
-        composer.bind_tasks([task])  # in-process scripted models look tasks up by id
-        p = composer.parts(task, meta)
-        return Parts(p.agent, p.env, p.verifier, p.limits)
+    def parts(self, task: Task, meta: RequestMeta) -> RolloutParts:
+        self.composer.bind_tasks([task])  # in-process scripted models look tasks up by id
+        return self.composer.parts(task, meta)
 
 
 class ObjectSource:
@@ -73,13 +54,13 @@ class ObjectSource:
     def build_model(self) -> Model:
         return self.model if hasattr(self.model, "complete") else self.model()
 
-    def parts(self, task: Task, meta: RequestMeta) -> Parts:
+    def parts(self, task: Task, meta: RequestMeta) -> RolloutParts:
         env = self.env_factory(task, meta)
         verifier = self.verifier_factory(task, env) if self.verifier_factory is not None else None
-        if verifier is None and hasattr(env, "verify"):
+        if verifier is None and isinstance(env, Verifier):  # an environment that grades itself
             verifier = env
         limits = self.limits or (self.agent.limits() if hasattr(self.agent, "limits") else Limits())
-        return Parts(self.agent, env, verifier, limits)
+        return RolloutParts(self.agent, env, verifier, limits)
 
 
 class GatedModel:

@@ -22,9 +22,9 @@ from envs.swe_patch import diff_paths
 from envs.swe_protect import restored_sections, test_file_paths, test_like, to_reset, with_sections
 from envs.swe_reports import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
 from envs.swe_specs import eval_plan
-from rollout.config import StrictModel, validate
+from rollout.config import StrictModel, coerce
 from rollout.errors import VerifierError
-from rollout.protocols import ExecResult, Runtime
+from rollout.protocols import ExecResult, GradingSource, Runtime
 from rollout.records import Reward, RolloutResult, Task
 
 __all__ = ["APPLY_LADDER", "Grade", "SweVerifier", "SweVerifierConfig", "grade", "patch_of"]
@@ -304,16 +304,13 @@ class SweVerifier:
                  runtime_factory: Callable[[Task], Runtime] | None = None,
                  patch_of: Callable[[RolloutResult], str | None] = patch_of, log: Callable[[str], Any] | None = None,
                  env: Any = None, **_: Any):
-        if config is None:
-            config = SweVerifierConfig()
-        elif not isinstance(config, SweVerifierConfig):
-            config = validate(SweVerifierConfig, config, prefix="verifier")
-        self.config = config
+        self.config = coerce(SweVerifierConfig, config, prefix="verifier")
         self.runtime_factory = runtime_factory
         self.patch_of = patch_of
         self.log = log
         self.env = env
-        """A SweEnvironment: it knows the rollout's runtime kind and the fallback patch."""
+        """The rollout's environment; when it is a ``GradingSource`` (SweEnvironment), it gives the patch, the
+        repository's place and a fresh runtime of the rollout's kind."""
 
     @classmethod
     def from_config(cls, config: SweVerifierConfig | Mapping[str, Any], **deps: Any) -> SweVerifier:
@@ -322,12 +319,13 @@ class SweVerifier:
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
         cfg = self.config
         repo_dir, source = cfg.repo_dir, "submission"
-        if self.env is not None and hasattr(self.env, "fresh_runtime"):
-            patch, source = await self.env.final_patch(self.patch_of(result))
-            repo_dir = self.env.repo_dir_for(task)
+        if isinstance(self.env, GradingSource):
+            env = self.env
+            patch, source = await env.final_patch(self.patch_of(result))
+            repo_dir = env.repo_dir_for(task)
 
             def fresh() -> Runtime:
-                return self.env.fresh_runtime(task)  # never the agent's runtime
+                return env.fresh_runtime(task)  # never the agent's runtime
         elif self.runtime_factory is not None:
             patch, factory = self.patch_of(result), self.runtime_factory
 

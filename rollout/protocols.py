@@ -100,6 +100,20 @@ class Verifier(Protocol):
 
 
 @runtime_checkable
+class GradingSource(Protocol):
+    """What an environment offers a verifier that grades in a fresh runtime, never the agent's (SWE): the
+    patch to grade, where the repository is, and a new runtime of the task's image or workspace kind."""
+
+    async def final_patch(self, submission: str | None) -> tuple[str | None, str]:
+        """(the patch, where it came from: "submission", "diff", "none")."""
+        ...
+
+    def repo_dir_for(self, task: Task) -> str: ...
+
+    def fresh_runtime(self, task: Task) -> "Runtime": ...
+
+
+@runtime_checkable
 class ActionParser(Protocol):
     def parse(self, message: Message) -> list[Action]:
         """Actions in the message, or raise ``FormatError`` whose text is fed back to the model."""

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import math
 
+from cluster.compose import Composer
+from cluster.run_config import RunConfig
 from cluster.wire import JSON, PICKLE, decode_result, encode_result
 from cluster.worker import ConfigSource, RolloutWorker
+from rollout.config import validate
 from rollout.records import ExitReason, RequestMeta, RolloutResult, Task
 
 
@@ -20,7 +23,7 @@ def worker(delay: float = 0.0) -> RolloutWorker:
         "runtime": {"type": "null", "echo": True, "delay": delay},
         "dataset": {"path": "-"},
     }
-    return RolloutWorker(ConfigSource(raw))
+    return RolloutWorker(ConfigSource(Composer(validate(RunConfig, raw))))
 
 
 def item(seq: int, task_id: str) -> tuple[int, Task, RequestMeta]:
