@@ -31,7 +31,7 @@ def default_deadline(composer: Composer) -> float | None:
 def rollout_resources(config: RunConfig, composer: Composer) -> Any:
     """What one rollout takes on a node: ``farm.cpus_per_rollout``/``memory_per_rollout``, else the largest
     container runtime's ``cpus``/``memory`` (runtimes without containers take nothing countable)."""
-    from cluster.slots import Resources, parse_memory
+    from cluster.workers.slots import Resources, parse_memory
 
     cpus = config.farm.cpus_per_rollout
     memory = parse_memory(config.farm.memory_per_rollout)
@@ -59,8 +59,8 @@ async def start_ray_backend(source: Any, config: RunConfig, composer: Composer, 
                             run_dir: str | None, out: TextIO = sys.stderr) -> Any:
     """Join or start the cluster and start one worker per node; prints where and how many slots."""
 
-    from cluster.ray_backend import RayBackend
-    from cluster.ray_session import connect
+    from cluster.workers.ray_backend import RayBackend
+    from cluster.workers.ray_session import connect
 
     farm = config.farm
     connect(farm.address, num_cpus=farm.num_cpus, dashboard=farm.dashboard, out=out)  # main thread: Ray wants it

@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "repair":
             return cmd_repair(args)
         if args.command == "gc":
-            from envs.containers import run_gc
+            from envs.runtimes.containers import run_gc
 
             return run_gc(args.run_id, args.older_than, args.engine, args.force)
         return cmd_fake_server(args)

@@ -28,7 +28,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 from cluster.driver import Driver
 from cluster.local_backend import InProcessBackend
 from cluster.loop_thread import LoopThread
-from cluster.worker import ConfigSource, ObjectSource
+from cluster.workers.worker import ConfigSource, ObjectSource
 from rollout.errors import ConfigError, DeadlineExceeded
 from rollout.groups import Batch, GroupPolicy, apply_policy, group_results
 from rollout.records import RolloutResult, Task
@@ -117,7 +117,7 @@ class RolloutFarm:
         if self._on_start is not None:
             self._run(self._on_start())
         if self.backend_kind == "ray":
-            from cluster.ray_session import connect
+            from cluster.workers.ray_session import connect
 
             connect(self.address, num_cpus=self.num_cpus, out=self.out)  # in the caller's (main) thread
         self._backend = self._run(self._start_backend())
@@ -126,8 +126,8 @@ class RolloutFarm:
     async def _start_backend(self) -> Any:
         if self.backend_kind == "local":
             return InProcessBackend(self.source)
-        from cluster.ray_backend import RayBackend
-        from cluster.slots import Resources
+        from cluster.workers.ray_backend import RayBackend
+        from cluster.workers.slots import Resources
 
         backend = RayBackend(self.source, run_id=self.name, resources=self.resources or Resources(),
                              concurrency=self.concurrency, deadline=self.deadline_per_attempt,

@@ -36,7 +36,7 @@ def resolve_auto_runtimes(raw: dict[str, Any]) -> list[str]:
 
 def reap_leftovers(run_id: str, engines: set[str], out: TextIO) -> None:
     """Containers an earlier, dead attempt of this run left behind (a SIGKILL skips every cleanup)."""
-    from envs.containers import remove_leftovers
+    from envs.runtimes.containers import remove_leftovers
 
     for engine in sorted(engines):
         removed = remove_leftovers(run_id, engine)

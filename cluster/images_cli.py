@@ -13,7 +13,7 @@ from rollout.errors import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from envs.images import DEFAULT_BASE_IMAGE, DEFAULT_MIRROR
+    from envs.images.base_image import DEFAULT_BASE_IMAGE, DEFAULT_MIRROR
 
     parser = argparse.ArgumentParser(prog="rollout images", description="Build container images without a registry.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,20 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_base(args: argparse.Namespace) -> int:
-    from envs.images import build_base_image
+    from envs.images.base_image import build_base_image
 
     build_base_image(args.tag, mirror=args.mirror, suite=args.suite, force=args.force, workdir=args.workdir)
     return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from envs.images import ensure_image
-    from envs.instance_images import build_instance_images
+    from envs.images.base_image import ensure_image
+    from envs.images.instance_images import build_instance_images
     from rollout.dataset import load_tasks
 
     if args.parallel < 1:
         raise ConfigError(f"must be at least 1, got {args.parallel}", "--parallel")
-    from envs.swe_env import check_grading_fields
+    from envs.swe.swe_env import check_grading_fields
 
     # a bad dataset is exit 2, before a minute goes into the base image
     load_tasks(args.dataset, check_grading_fields, allow_outside_paths=args.allow_outside_paths)
@@ -71,7 +71,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from envs.image_gc import format_size, list_instance_images, parse_size, prune_instance_images
+    from envs.images.image_gc import format_size, list_instance_images, parse_size, prune_instance_images
 
     try:
         budget = parse_size(args.budget)
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help (0) and on bad arguments (2); return the code instead
         return int(exc.code or 0)
-    from envs.images import ImageError
+    from envs.images.base_image import ImageError
 
     try:
         return COMMANDS[args.command](args)

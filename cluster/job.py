@@ -120,7 +120,7 @@ async def execute(job: Job) -> dict[str, Any]:
             say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
             mark_live_finished(job.run_dir)
     finally:
-        from envs.warm_pool import close_all
+        from envs.runtimes.warm_pool import close_all
 
         await close_all()
         if server is not None:
@@ -168,7 +168,7 @@ async def open_backend(job: Job, base_url: str | None) -> tuple[Any, Callable[[]
 
         return LocalBackend(job.composer, model), close_local
     from cluster.backends import start_ray_backend
-    from cluster.worker import ConfigSource
+    from cluster.workers.worker import ConfigSource
 
     backend = await start_ray_backend(ConfigSource(job.composer, base_url), job.config, job.composer, run_id=job.run_id,
                                       run_dir=str(job.run_dir), out=job.out)

@@ -34,7 +34,7 @@ class InProcessBackend(Backend):
     """``RolloutFarm(backend="local")``: one ``RolloutWorker`` in this process, with the farm's broadcast."""
 
     def __init__(self, source: Any):
-        from cluster.worker import RolloutWorker
+        from cluster.workers.worker import RolloutWorker
 
         self.worker = RolloutWorker(source, node_id="")
 

@@ -26,7 +26,7 @@ class DatasetConfig(StrictModel):
     """Python-style slice of the (filtered) tasks, e.g. ``"0:10"``."""
     generate: str | None = None
     """Dotted path of ``fn(out_dir) -> path`` that (re)writes the dataset before loading (cached by the
-    generator), e.g. ``envs.swe_mini:build`` for the bundled SWE benchmark."""
+    generator), e.g. ``envs.swe.swe_mini:build`` for the bundled SWE benchmark."""
     allow_outside_paths: bool = False
     """Let a row's ``repo_path`` be absolute or lead out of the dataset's directory. Off: such a row is refused
     when the dataset loads, so a dataset from elsewhere cannot make the farm read or copy any host path."""

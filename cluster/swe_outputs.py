@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envs.swe_reports import Grade, prediction, run_summary, write_instance_report, write_preds, write_run_report
+from envs.swe.swe_reports import Grade, prediction, run_summary, write_instance_report, write_preds, write_run_report
 from rollout.records import RolloutResult
 from rollout.run_store import RunStore
 
@@ -50,7 +50,7 @@ def write_swe_outputs(store: RunStore, run_id: str, model: str) -> dict[str, Any
 
 
 def _export_trajectories(store: RunStore, results: list[RolloutResult]) -> None:
-    from envs.traj_export import write_mini_swe_traj
+    from envs.swe.traj_export import write_mini_swe_traj
 
     for result in results:
         full_path = store.trajectory_path(result.rollout_id, result.attempt, result.task_id)

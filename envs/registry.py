@@ -8,18 +8,18 @@ ENVIRONMENTS = Registry("environment", {
     "tool": "envs.tool_env:ToolEnvironment",
     "step": "envs.step_env:StepEnvironmentAdapter",
     "shell": "envs.shell_env:ShellEnvironment",
-    "swe": "envs.swe_env:SweEnvironment",
+    "swe": "envs.swe.swe_env:SweEnvironment",
 })
 RUNTIMES = Registry("runtime", {
-    "null": "envs.null_runtime:NullRuntime",
-    "local": "envs.local_runtime:LocalRuntime",
-    "docker": "envs.docker_runtime:DockerRuntime",
-    "podman": "envs.docker_runtime:DockerRuntime",
-    "apptainer": "envs.apptainer_runtime:ApptainerRuntime",
+    "null": "envs.runtimes.null_runtime:NullRuntime",
+    "local": "envs.runtimes.local_runtime:LocalRuntime",
+    "docker": "envs.runtimes.docker_runtime:DockerRuntime",
+    "podman": "envs.runtimes.docker_runtime:DockerRuntime",
+    "apptainer": "envs.runtimes.apptainer_runtime:ApptainerRuntime",
 })
 VERIFIERS = Registry("verifier", {
     "check_command": "envs.verifiers:CheckCommandVerifier",
     "answer_match": "envs.verifiers:AnswerMatchVerifier",
     "env_reward": "envs.verifiers:EnvRewardVerifier",
-    "swe": "envs.swe_grading:SweVerifier",
+    "swe": "envs.swe.swe_grading:SweVerifier",
 })

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from envs.output import elide
+from envs.runtimes.output import elide
 from rollout.config import StrictModel, coerce
 from rollout.errors import EnvironmentFailure
 from rollout.protocols import EnvReset, ExecResult, Runtime

@@ -60,7 +60,7 @@ def no_labelled_containers_left():
     started, now dead) created may remain: they are removed, and the session errors, so a leak is
     seen and never piles up. Containers of other live processes on the machine are left alone."""
     yield
-    from envs.containers import OWNER_LABEL, owner_alive, owner_labels
+    from envs.runtimes.containers import OWNER_LABEL, owner_alive, owner_labels
 
     me = owner_labels()[OWNER_LABEL]
     leaks = []

@@ -6,7 +6,7 @@ import time
 from agents.swe_agent import MiniSweAgent
 from agents.tool_agent import ToolCallingAgent
 from agents.demo.tools import demo_tools
-from envs.null_runtime import NullRuntime, NullRuntimeConfig
+from envs.runtimes.null_runtime import NullRuntime, NullRuntimeConfig
 from envs.shell_env import ShellEnvironment
 from envs.tool_env import ToolEnvironment
 from rollout.errors import ExitReason

@@ -57,7 +57,18 @@ def test_only_cluster_imports_ray():
 
 def test_the_checker_sees_imports_and_module_strings(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text('import envs.docker_runtime\nfrom agents import x\nPATH = "cluster.job:prepare"\n'
+    probe.write_text('import envs.runtimes.docker_runtime\nfrom agents import x\nPATH = "cluster.job:prepare"\n'
                      'TEXT = "agents are strategies"\n')
     assert [(top, how.split()[0]) for top, _line, how in imports_of(probe)] == [
         ("envs", "import"), ("agents", "import"), ("cluster", "string")]
+
+
+def test_every_file_is_named_in_its_folders_readme():
+    """Each folder's README (or, for a small subfolder, its parent's) names every module in it."""
+    missing = []
+    for package in PACKAGES:
+        for folder in [ROOT / package, *[p for p in (ROOT / package).rglob("*") if p.is_dir()]]:
+            text = "".join((d / "README.md").read_text() for d in (folder, folder.parent) if (d / "README.md").exists())
+            missing += [f"{path.relative_to(ROOT)}" for path in folder.glob("*.py") if path.name != "__init__.py"
+                        and not re.search(rf"\b{re.escape(path.stem)}\b", text)]
+    assert missing == []

@@ -7,7 +7,7 @@ import pytest
 from agents.demo.tools import demo_tools
 from agents.swe_agent import MiniSweAgent
 from agents.tool_agent import ToolCallingAgent
-from envs.null_runtime import NullRuntime
+from envs.runtimes.null_runtime import NullRuntime
 from envs.shell_env import ShellEnvironment
 from envs.step_env import StepEnvironmentAdapter
 from envs.tool_env import ToolEnvironment
@@ -136,7 +136,7 @@ def test_observer_sees_the_lifecycle_and_a_failing_observer_changes_nothing():
 
 
 def test_a_non_retryable_failure_says_so_in_its_record_on_every_wire():
-    from cluster.wire import decode_result, encode_result
+    from cluster.workers.wire import decode_result, encode_result
     from rollout.errors import VerifierError
     from rollout.run_store import StoredResult
 
@@ -154,7 +154,7 @@ def test_a_non_retryable_failure_says_so_in_its_record_on_every_wire():
 
 
 def test_a_config_problem_found_at_run_time_is_not_retried():
-    from envs.local_runtime import LocalRuntime
+    from envs.runtimes.local_runtime import LocalRuntime
 
     result = swe(LocalRuntime({}))  # the model's commands on this host, not allowed: every attempt would fail
     assert result.status == "infra_failed" and "runtime.allow_host_exec" in result.error.message

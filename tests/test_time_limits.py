@@ -4,7 +4,7 @@ that never answers within its budget is an infrastructure failure, never the tim
 import asyncio
 
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
-from envs.null_runtime import NullRuntime
+from envs.runtimes.null_runtime import NullRuntime
 from envs.shell_env import ShellEnvironment
 from rollout import runner
 from rollout.errors import ExitReason

@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="session")
 def ray_cluster():
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
-    from cluster.ray_session import connect
+    from cluster.workers.ray_session import connect
 
     connect(num_cpus=2, out=io.StringIO())
     yield ray

@@ -158,7 +158,7 @@ def test_gc_removes_the_containers_of_a_sigkilled_process(base_image, tmp_path):
     run_id = f"gc-cli-{os.getpid()}"
     code = (
         "import asyncio, sys\n"
-        "from envs.docker_runtime import DockerRuntime\n"
+        "from envs.runtimes.docker_runtime import DockerRuntime\n"
         "async def main():\n"
         # without the dead-man's switch, which would remove them itself: what gc collects is left on purpose
         f"    cfg = {{'image': {base_image!r}, 'die_with_owner': False}}\n"

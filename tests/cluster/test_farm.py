@@ -135,7 +135,7 @@ def test_from_objects_on_ray_and_results_streamed_as_they_finish(ray_cluster):
     import asyncio
 
     from agents.swe_agent import MiniSweAgent
-    from envs.null_runtime import NullRuntime, NullRuntimeConfig
+    from envs.runtimes.null_runtime import NullRuntime, NullRuntimeConfig
     from envs.shell_env import ShellEnvironment
     from envs.verifiers import CheckCommandVerifier
     from rollout.models.policies import seed_writer
@@ -185,7 +185,7 @@ def test_a_node_split_among_workers_uses_every_worker(ray_cluster):
 
 
 def test_slots_split_among_workers_by_default_only_past_a_thousand():
-    from cluster.slots import Resources
+    from cluster.workers.slots import Resources
 
     assert Resources().workers({"CPU": 2}, 256) == [256]
     assert Resources().workers({"CPU": 2}, 10_000) == [5000, 5000]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.metrics import METRICS, exported_names
+from cluster.workers.metrics import METRICS, exported_names
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "cluster" / "dashboards" / "rollout_farm.json"
 

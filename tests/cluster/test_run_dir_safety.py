@@ -135,7 +135,7 @@ def test_a_damaged_line_is_skipped_on_resume_and_repair_moves_it_aside(tmp_path)
 
 def swe_dataset(tmp_path):
     """The bundled mini SWE benchmark, copied so rows can be edited; the first row."""
-    from envs.swe_mini import build
+    from envs.swe.swe_mini import build
 
     source = Path(build(tmp_path / "built"))
     target = tmp_path / "swe"
@@ -155,7 +155,7 @@ def test_swe_rows_that_could_only_fail_at_grading_are_refused_when_the_dataset_l
     config = tmp_path / "swe.yaml"
     text = (REPO / "configs" / "swe_demo.yaml").read_text()
     config.write_text(text.replace("../runs/datasets/swe_mini/swe_mini.jsonl", str(path))
-                      .replace("  generate: envs.swe_mini:build   # writes the git bundles and the JSONL (cached)\n",
+                      .replace("  generate: envs.swe.swe_mini:build   # writes the git bundles and the JSONL (cached)\n",
                                ""))
     out = rollout(tmp_path, "run", str(config))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr

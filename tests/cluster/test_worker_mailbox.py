@@ -8,8 +8,8 @@ import math
 
 from cluster.compose import Composer
 from cluster.run_config import RunConfig
-from cluster.wire import JSON, PICKLE, decode_result, encode_result
-from cluster.worker import ConfigSource, RolloutWorker
+from cluster.workers.wire import JSON, PICKLE, decode_result, encode_result
+from cluster.workers.worker import ConfigSource, RolloutWorker
 from rollout.config import validate
 from rollout.records import ExitReason, RequestMeta, RolloutResult, Task
 

@@ -18,9 +18,9 @@ import textwrap
 
 import pytest
 
-from envs.apptainer_images import INSTALL_HINT, build_argv, cached_sif, default_cache_dir
-from envs.apptainer_runtime import ApptainerRuntime, ApptainerRuntimeConfig, exec_argv, start_argv, stop_argv
-from envs.check import check_runtime
+from envs.images.apptainer_images import INSTALL_HINT, build_argv, cached_sif, default_cache_dir
+from envs.runtimes.apptainer_runtime import ApptainerRuntime, ApptainerRuntimeConfig, exec_argv, start_argv, stop_argv
+from envs.runtimes.check import check_runtime
 from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
 
 BASE_IMAGE = "rollout-farm/base:bookworm"
@@ -290,7 +290,7 @@ def test_processes_converting_the_same_image_never_see_a_partial_file(fake_cli, 
     monkeypatch.setenv("FAKE_BUILD_SECONDS", "0.5")
     script = textwrap.dedent(f"""
         import asyncio
-        from envs.apptainer_runtime import ApptainerRuntime
+        from envs.runtimes.apptainer_runtime import ApptainerRuntime
         async def main():
             rt = ApptainerRuntime({{"image": "docker://example/x:1", "cache_dir": {str(tmp_path / "cache")!r}}})
             await rt.start()
@@ -413,7 +413,7 @@ def test_files_outside_the_workspace_go_through_the_container(fake_cli, tmp_path
 def test_instances_left_running_are_stopped_at_interpreter_exit(fake_cli, tmp_path, sif):
     script = textwrap.dedent(f"""
         import asyncio, atexit
-        import envs.apptainer_runtime as m
+        import envs.runtimes.apptainer_runtime as m
         assert not m._atexit_installed  # nothing is registered at import
         rt = m.ApptainerRuntime({{"image": {sif!r}, "workspace_root": {str(tmp_path / "ws")!r}}})
         asyncio.run(rt.start())

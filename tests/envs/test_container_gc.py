@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from envs.containers import (
+from envs.runtimes.containers import (
     OWNER_LABEL,
     OWNER_START_LABEL,
     _start_ticks,
@@ -22,12 +22,12 @@ from envs.containers import (
     remove_leftovers,
     run_gc,
 )
-from envs.docker_runtime import DockerRuntime
+from envs.runtimes.docker_runtime import DockerRuntime
 from rollout.errors import ConfigError
 
 STARTER = """
 import asyncio, signal, sys, time
-from envs.docker_runtime import DockerRuntime
+from envs.runtimes.docker_runtime import DockerRuntime
 image, run_id, count, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if mode == "previous-handler":
     signal.signal(signal.SIGTERM, lambda s, f: (print("previous handler ran", flush=True), sys.exit(0)))

@@ -12,11 +12,11 @@ import uuid
 
 import pytest
 
-from envs.docker_runtime import DockerRuntime
+from envs.runtimes.docker_runtime import DockerRuntime
 
 OWNER = """
 import asyncio, gc, sys, time
-from envs.docker_runtime import DockerRuntime
+from envs.runtimes.docker_runtime import DockerRuntime
 engine, image, run_id = sys.argv[1:4]
 runtime = DockerRuntime({"type": engine, "image": image}, run_id=run_id, rollout_id="owned")
 asyncio.run(runtime.start())

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from envs import docker_start
-from envs.docker_runtime import DockerRuntime
-from envs.docker_start import disk_limit_unsupported, is_disk_refusal, size_bytes
+from envs.runtimes import docker_start
+from envs.runtimes.docker_runtime import DockerRuntime
+from envs.runtimes.docker_start import disk_limit_unsupported, is_disk_refusal, size_bytes
 
 
 def info(driver: str, backing: str | None = None) -> dict:
@@ -63,7 +63,7 @@ def test_this_engine_gives_the_disk_limit_or_says_once_why_not(base_image, monke
             for rt in runtimes:
                 await rt.close()
 
-    with caplog.at_level(logging.WARNING, logger="envs.docker_start"):
+    with caplog.at_level(logging.WARNING, logger="envs.runtimes.docker_start"):
         storage = asyncio.run(scenario())
     warnings = [r.getMessage() for r in caplog.records if "runtime.disk" in r.getMessage()]
     why = disk_limit_unsupported(docker.from_env().api.info())

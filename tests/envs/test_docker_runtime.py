@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from envs.check import check_runtime
-from envs.docker_runtime import DockerRuntime
+from envs.runtimes.check import check_runtime
+from envs.runtimes.docker_runtime import DockerRuntime
 from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
 
 pytestmark = pytest.mark.docker

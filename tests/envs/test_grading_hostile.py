@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from envs.local_runtime import LocalRuntime
-from envs.prepared_runtime import PreparedRepoRuntime
-from envs.swe_eval import LOCAL_ENV
-from envs.swe_grading import SweVerifier
-from envs.swe_mini import build
-from envs.swe_reports import Grade, write_instance_report
+from envs.runtimes.local_runtime import LocalRuntime
+from envs.runtimes.prepared_runtime import PreparedRepoRuntime
+from envs.swe.swe_eval import LOCAL_ENV
+from envs.swe.swe_grading import SweVerifier
+from envs.swe.swe_mini import build
+from envs.swe.swe_reports import Grade, write_instance_report
 from rollout.records import RolloutResult, Task
 
 NAME = "roman"
@@ -72,8 +72,8 @@ def rows(tmp_path_factory) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def images(rows, base_image) -> dict[str, str]:
     """An instance image per row, built once for the module."""
-    from envs.image_names import image_for
-    from envs.instance_images import build_instance_images
+    from envs.images.image_names import image_for
+    from envs.images.instance_images import build_instance_images
 
     dataset = next(iter(rows.values()))["dataset"]
     report = build_instance_images(dataset, base=base_image, progress=lambda line: None)
@@ -227,7 +227,7 @@ CASES = {
 def verifier(kind: str, row: dict, images: dict[str, str] | None, root: Path) -> SweVerifier:
     """The SWE verifier grading in a fresh runtime of ``kind`` per task, as a run grades."""
     if kind == "docker":
-        from envs.docker_runtime import DockerRuntime
+        from envs.runtimes.docker_runtime import DockerRuntime
 
         def make(task):
             return DockerRuntime({"image": images[task.task_id], "workdir": "/testbed"}, run_id=RUN_ID,

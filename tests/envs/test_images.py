@@ -13,9 +13,9 @@ import uuid
 import pytest
 
 from cluster.images_cli import main as images_main
-from envs.image_names import image_for, instance_tag, swebench_name
-from envs.images import ImageError, build_base_image, ensure_image
-from envs.instance_images import LABEL, build_instance_images
+from envs.images.image_names import image_for, instance_tag, swebench_name
+from envs.images.base_image import ImageError, build_base_image, ensure_image
+from envs.images.instance_images import LABEL, build_instance_images
 from rollout.dataset import load_tasks
 from rollout.errors import ContainerStartError, ExitReason
 

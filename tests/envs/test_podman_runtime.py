@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from envs.check import check_runtime
-from envs.containers import remove_labelled
-from envs.docker_runtime import DockerRuntime
+from envs.runtimes.check import check_runtime
+from envs.runtimes.containers import remove_labelled
+from envs.runtimes.docker_runtime import DockerRuntime
 from rollout.errors import ContainerStartError
 
 pytestmark = pytest.mark.podman

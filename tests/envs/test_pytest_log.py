@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from envs.pytest_log import END_MARKER, START_MARKER, eval_section, parse_log_pytest, parse_test_statuses
+from envs.swe.pytest_log import END_MARKER, START_MARKER, eval_section, parse_log_pytest, parse_test_statuses
 
 SAMPLE_TESTS = '''
 import pytest
@@ -192,7 +192,7 @@ def test_agrees_with_the_swebench_harness(real_logs):
 def test_the_junit_report_confirms_every_passing_test_of_a_real_log_and_no_forged_one(tmp_path):
     """pytest's junitxml report of a real run confirms each test its log shows passing (whole ids and ids cut at
     a space, PASSED and XFAIL); a PASSED line printed for a failing test is not confirmed."""
-    from envs.pytest_report import read_junit, unconfirmed, wants_report
+    from envs.swe.pytest_report import read_junit, unconfirmed, wants_report
 
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_sample.py").write_text(SAMPLE_TESTS)

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from envs.check import check_runtime
-from envs.local_runtime import LocalRuntime
-from envs.null_runtime import NullRuntime
+from envs.runtimes.check import check_runtime
+from envs.runtimes.local_runtime import LocalRuntime
+from envs.runtimes.null_runtime import NullRuntime
 from rollout.errors import ConfigError, RuntimeFailure
 from rollout.protocols import ExecResult
 from envs.registry import RUNTIMES

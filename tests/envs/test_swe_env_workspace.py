@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 
-from envs.local_runtime import LocalRuntime
-from envs.swe_env import SweEnvironment
+from envs.runtimes.local_runtime import LocalRuntime
+from envs.swe.swe_env import SweEnvironment
 from rollout.records import Action, Task
 
 # Overwrites every file under .git/objects (read-only as git writes them): a shared inode would carry the damage.

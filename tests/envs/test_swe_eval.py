@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from envs.local_runtime import LocalRuntime
-from envs.prepared_runtime import PreparedRepoRuntime
-from envs.swe_eval import evaluate
-from envs.swe_mini import build
-from envs.swe_reports import instance_log_dir
+from envs.runtimes.local_runtime import LocalRuntime
+from envs.runtimes.prepared_runtime import PreparedRepoRuntime
+from envs.swe.swe_eval import evaluate
+from envs.swe.swe_mini import build
+from envs.swe.swe_reports import instance_log_dir
 from rollout.errors import ConfigError, ContainerStartError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,7 +209,7 @@ def inner_runtime(kind, request, tmp_path):
     if kind == "local":
         return LocalRuntime({"root": str(tmp_path / "ws")}, trusted_model=True)
     request.getfixturevalue("base_image")
-    from envs.docker_runtime import DockerRuntime
+    from envs.runtimes.docker_runtime import DockerRuntime
 
     return DockerRuntime({"image": "rollout-farm/base:bookworm", "workdir": "/work"}, run_id="test-swe-eval",
                          rollout_id="prepared")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.local_runtime import LocalRuntime
-from envs.swe_eval_script import MARK
-from envs.swe_grading import APPLY_LADDER, SweVerifier, grade
+from envs.runtimes.local_runtime import LocalRuntime
+from envs.swe.swe_eval_script import MARK
+from envs.swe.swe_grading import APPLY_LADDER, SweVerifier, grade
 from rollout.dataset import load_tasks
 from rollout.errors import VerifierError
 from rollout.records import RolloutResult
@@ -271,9 +271,9 @@ def test_verifier_grades_a_flat_dataset_row(instance, tmp_path):
 
 def test_docker_grading(instance, tmp_path, base_image):
     try:
-        from envs.docker_runtime import DockerRuntime
+        from envs.runtimes.docker_runtime import DockerRuntime
     except Exception as exc:  # noqa: BLE001 - written in parallel; this test waits for it
-        pytest.skip(f"envs.docker_runtime is not importable yet: {exc}")
+        pytest.skip(f"envs.runtimes.docker_runtime is not importable yet: {exc}")
 
     def make():
         inner = DockerRuntime({"image": base_image, "workdir": "/testbed"}, run_id="test-swe-grading",
@@ -323,7 +323,7 @@ def test_rows_without_test_cmd_use_the_swebench_specs():
         import swebench.harness.constants  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - the optional package
         pytest.skip(f"swebench is not importable: {exc}")
-    from envs.swe_specs import swebench_plan
+    from envs.swe.swe_specs import swebench_plan
 
     test_patch = "diff --git a/testing/test_x.py b/testing/test_x.py\n--- a/testing/test_x.py\n+++ b/testing/test_x.py\n"
     setup, command, parse, fail_only = swebench_plan(
@@ -449,7 +449,7 @@ def test_a_preparation_step_past_setup_timeout_is_a_verifier_error(instance, tmp
 
 
 def test_docker_grading_is_one_exec(instance, base_image):
-    from envs.docker_runtime import DockerRuntime
+    from envs.runtimes.docker_runtime import DockerRuntime
 
     seen = []
 

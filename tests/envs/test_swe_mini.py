@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.pytest_log import PASSING, parse_log_pytest
-from envs.swe_mini import DATA_DIR, build, instance_names
+from envs.swe.pytest_log import PASSING, parse_log_pytest
+from envs.swe.swe_mini import DATA_DIR, build, instance_names
 from rollout.dataset import load_tasks
 from rollout.errors import ConfigError
 
@@ -92,7 +92,7 @@ def test_base_commits_are_the_same_in_every_build(built, tmp_path):
     _, rows = built
     data = copy_instance(tmp_path)
     (data / SMALL / "repo" / "README.md").chmod(0o755)  # a checkout's file modes must not matter
-    out = subprocess.run([sys.executable, "-m", "envs.swe_mini", str(tmp_path / "out"), "--only", SMALL],
+    out = subprocess.run([sys.executable, "-m", "envs.swe.swe_mini", str(tmp_path / "out"), "--only", SMALL],
                          capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == str(tmp_path / "out" / "swe_mini.jsonl")
     again = json.loads(build(tmp_path / "again", data_dir=data).read_text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from envs.swe_patch import diff_paths, in_repo
+from envs.swe.swe_patch import diff_paths, in_repo
 
 
 def test_paths_of_a_real_git_diff(tmp_path):

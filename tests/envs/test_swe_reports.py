@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envs.swe_reports import (
+from envs.swe.swe_reports import (
     Grade,
     is_resolved,
     load_predictions,

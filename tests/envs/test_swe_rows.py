@@ -3,7 +3,7 @@ verifier_error) or reach a shell command are refused with the field named."""
 
 import pytest
 
-from envs.swe_env import check_grading_fields, check_row, diff_problem
+from envs.swe.swe_env import check_grading_fields, check_row, diff_problem
 from rollout.records import Task
 
 DIFF = "diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-a\n+b\n"

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
-from envs.local_runtime import LocalRuntime
+from envs.runtimes.local_runtime import LocalRuntime
 from envs.shell_env import ShellEnvironment
-from envs.traj_export import to_mini_swe_traj, write_mini_swe_traj
+from envs.swe.traj_export import to_mini_swe_traj, write_mini_swe_traj
 from rollout.errors import ExitReason
 from rollout.models.scripted import ScriptedModel
 from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Task

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from envs.null_runtime import NullRuntime, NullRuntimeConfig
-from envs.warm_pool import WarmPool, close_all, pool_for
+from envs.runtimes.null_runtime import NullRuntime, NullRuntimeConfig
+from envs.runtimes.warm_pool import WarmPool, close_all, pool_for
 
 
 class CountingRuntime(NullRuntime):
@@ -78,7 +78,7 @@ def test_pools_are_per_key_and_close_all_empties_them():
 def test_docker_runtime_takes_started_containers_from_its_warm_pool(base_image):
     import subprocess
 
-    from envs.docker_runtime import DockerRuntime
+    from envs.runtimes.docker_runtime import DockerRuntime
 
     async def main():
         config = {"image": base_image, "warm_pool": 2}
@@ -86,7 +86,7 @@ def test_docker_runtime_takes_started_containers_from_its_warm_pool(base_image):
         await first.start()  # the pool is empty yet: a cold start, and the pool begins to fill
         for _ in range(100):
             await asyncio.sleep(0.1)
-            if sum(p.ready for p in __import__("envs.warm_pool").warm_pool._pools.values()) >= 2:
+            if sum(p.ready for p in __import__("envs.runtimes.warm_pool").runtimes.warm_pool._pools.values()) >= 2:
                 break
         second = DockerRuntime(config, run_id="pool-test", rollout_id="b")
         await second.start()

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
-from envs.local_runtime import LocalRuntime, LocalRuntimeConfig
+from envs.runtimes.local_runtime import LocalRuntime, LocalRuntimeConfig
 from envs.shell_env import ShellEnvironment
 from rollout.errors import ExitReason
 from rollout.models.fake_server import FakeServerConfig, fake_server

@@ -11,10 +11,10 @@ import pytest
 
 from agents.parsers.bash_block import BashBlockParser
 from agents.swe_agent import MiniSweAgent
-from envs.local_runtime import LocalRuntime
-from envs.pytest_log import PASSING, parse_log_pytest
+from envs.runtimes.local_runtime import LocalRuntime
+from envs.swe.pytest_log import PASSING, parse_log_pytest
 from envs.shell_env import ShellEnvironment
-from envs.swe_mini import build
+from envs.swe.swe_mini import build
 from rollout.dataset import load_tasks
 from rollout.errors import ExitReason
 from rollout.models import swe_policies

@@ -72,7 +72,7 @@ async def openai_sdk(url: str, args: argparse.Namespace) -> AsyncIterator[Rollou
 async def agent_rollouts(url: str, args: argparse.Namespace) -> AsyncIterator[Rollout]:
     """Whole rollouts: the Mini-SWE agent loop (parse, execute on the null runtime, observe) over our client."""
     from agents.swe_agent import MiniSweAgent
-    from envs.null_runtime import NullRuntime, NullRuntimeConfig
+    from envs.runtimes.null_runtime import NullRuntime, NullRuntimeConfig
     from envs.shell_env import ShellEnvironment
     from rollout.errors import ExitReason
     from rollout.records import Task

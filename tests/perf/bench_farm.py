@@ -272,7 +272,7 @@ async def loop_rollouts(url: str, rollouts: int, concurrency: int,
                         latency: float) -> tuple[Usage, list[str], list[str]]:
     """The plain asyncio loop: the same parts as the farm's worker builds, without the farm."""
     from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
-    from envs.null_runtime import NullRuntime, NullRuntimeConfig
+    from envs.runtimes.null_runtime import NullRuntime, NullRuntimeConfig
     from envs.shell_env import ShellEnvironment
     from rollout.models.openai_client import OpenAIModel, OpenAIModelConfig
     from rollout.records import RequestMeta, Task

@@ -4,7 +4,7 @@
 
 For each instance (images built first if missing), side by side, one at a time, medians of ``--repeat``:
 
-- grading: ``envs.swe_grading.grade`` of the gold patch in a fresh DockerRuntime of the instance image
+- grading: ``envs.swe.swe_grading.grade`` of the gold patch in a fresh DockerRuntime of the instance image
   (start, then one exec running the patch ladder, test reset, test patch and tests; container removed);
 - bare: the docker CLI, ``docker run --rm -i --network none <image> bash -c "git apply - && <test_cmd>"``
   with the gold and test patches on stdin, so both run the same tests in a fresh container of the same image.
@@ -25,11 +25,11 @@ import sys
 import tempfile
 import time
 
-from envs.docker_runtime import DockerRuntime
-from envs.image_names import DEFAULT_BASE_IMAGE, image_for
-from envs.instance_images import build_instance_images
-from envs.swe_grading import grade
-from envs.swe_mini import build
+from envs.runtimes.docker_runtime import DockerRuntime
+from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for
+from envs.images.instance_images import build_instance_images
+from envs.swe.swe_grading import grade
+from envs.swe.swe_mini import build
 
 RUN_ID = "bench-grading"
 TARGET = 1.3

@@ -16,8 +16,8 @@ import subprocess
 import sys
 import time
 
-from envs.docker_runtime import DockerRuntime
-from envs.warm_pool import WarmPool
+from envs.runtimes.docker_runtime import DockerRuntime
+from envs.runtimes.warm_pool import WarmPool
 
 LABELS = ["--label", "rollout-farm.run=bench-runtime"]
 

@@ -1,0 +1,287 @@
+"""The Ray backend: async worker actors on every node, a slot count per node, and the faults a farm meets.
+
+Scheduling is ours, not ``ray.util.ActorPool``'s (one call per actor at a time, stuck behind one bad
+actor): each node has ``capacity`` slots derived from what a rollout takes (cpus, memory) against what
+the node has, split among the node's workers (``Resources.workers``: more than one only past a thousand
+slots), and ``execute`` waits for a free slot on the least loaded worker, then hands the rollout to that
+worker's ``Channel`` (batched submission, results by long-poll; never ``ray.get`` in async code). So no
+node runs more containers than it can hold and every node is used.
+
+Faults: a worker actor or node that dies fails its in-flight attempts as ``worker_died`` (the driver
+runs them again), a replacement worker starts on the node if the node is still there, and containers
+the dead worker owned are removed by label. An attempt that outlives the host-side ``deadline`` is
+cancelled, its containers removed, and it fails as ``deadline_exceeded``. Nodes that join the cluster
+while a run goes on get a worker too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from typing import Any, TextIO
+
+import ray
+from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from cluster.workers.channel import Channel, WorkerGone, as_future, first_line, retrieve
+from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
+from cluster.seam import Backend
+from cluster.workers.slots import Node, Resources
+from cluster.workers.wire import decode_result
+from cluster.workers.worker import RolloutWorker
+from rollout.errors import DeadlineExceeded, WorkerDied
+from rollout.events import Observer
+from rollout.records import RequestMeta, RolloutResult, Task
+from rollout.runner import failure_result
+
+NODE_REFRESH_INTERVAL = 5.0
+"""Seconds between looks at the cluster's node list (joined and lost nodes)."""
+WORKER_START_TIMEOUT = 120.0
+"""Seconds a new worker actor may take to answer its first call."""
+CANCEL_GRACE = 30.0
+"""Seconds a cancelled attempt may take to close its runtime before its containers are removed by label."""
+
+_WorkerActor = None
+
+
+def worker_actor_class() -> Any:
+    global _WorkerActor
+    if _WorkerActor is None:
+        _WorkerActor = ray.remote(RolloutWorker)
+    return _WorkerActor
+
+
+class RayBackend(Backend):
+    """``Backend`` for the driver: ``execute(task, meta, observers)`` on the least loaded node's worker."""
+
+    def __init__(self, source: Any, *, run_id: str, resources: Resources, concurrency: int,
+                 deadline: float | None = None, run_dir: str | None = None, engines: tuple[str, ...] = ("docker",),
+                 name: str = "rollout-worker", out: TextIO = sys.stderr):
+        self.source_ref = ray.put(source)
+        self.run_id, self.resources, self.concurrency = run_id, resources, concurrency
+        self.deadline, self.run_dir, self.engines, self.name, self.out = deadline, run_dir, engines, name, out
+        self.nodes: dict[tuple[str, int], Node] = {}
+        """One entry per worker: (node id, index among the node's workers)."""
+        self._changed: asyncio.Condition | None = None
+        self._refresher: asyncio.Task | None = None
+        self.workers_lost = 0
+        self.deadlines_hit = 0
+        self.waiting = 0
+        """Rollouts admitted by the driver's window that wait for a node slot."""
+        self.not_started = 0
+        self._reap_pending = False
+        self._seq = itertools.count()
+        from cluster.workers.metrics import FarmMetrics
+
+        self.metrics = FarmMetrics(run_id)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> "RayBackend":
+        self._changed = asyncio.Condition()
+        await self._refresh_nodes()
+        if not self.nodes:
+            raise RuntimeError("the Ray cluster has no alive node with CPUs to run rollouts on")
+        await asyncio.gather(*(n.starting for n in self.nodes.values() if n.starting is not None),
+                             return_exceptions=True)
+        self._refresher = asyncio.create_task(self._refresh_loop())
+        return self
+
+    async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
+        nodes = [n for n in self.nodes.values() if n.actor is not None]
+
+        async def stop(node: Node) -> None:
+            try:
+                await asyncio.wait_for(node.actor.shutdown.remote(), 60)
+            except Exception:  # noqa: BLE001 - a dead worker's containers are reaped by label below
+                pass
+            ray.kill(node.actor, no_restart=True)
+
+        await asyncio.gather(*(n.channel.close() for n in nodes if n.channel is not None))
+        await asyncio.gather(*(stop(n) for n in nodes))
+        await self.metrics.aclose()
+        await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
+
+    def describe(self) -> str:
+        per_node: dict[str, list[int]] = {}
+        for n in self.nodes.values():
+            if n.alive:
+                per_node.setdefault(n.node_id, []).append(n.capacity)
+        parts = [f"{node_id[:8]}x{sum(slots)}" + (f" ({len(slots)} workers)" if len(slots) > 1 else "")
+                 for node_id, slots in per_node.items()]
+        return f"{len(parts)} node(s), slots per node: {', '.join(parts)}"
+
+    def workers(self) -> list[Any]:
+        """Handles of the live worker actors."""
+        return [n.actor for n in self.nodes.values() if n.alive and n.actor is not None]
+
+    async def broadcast(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method`` on every live worker; a dead one is skipped (its node gets a replacement)."""
+        refs = [getattr(actor, method).remote(*args) for actor in self.workers()]
+        out = await asyncio.gather(*refs, return_exceptions=True)
+        return [r for r in out if not isinstance(r, BaseException)]
+
+    async def live(self) -> list[dict[str, Any]]:
+        """The in-flight rollouts of every live worker (``RolloutWorker.live`` rows)."""
+        return [row for rows in await self.broadcast("live") for row in rows]
+
+    # ---- execution -----------------------------------------------------------------------------
+
+    async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
+        node = await self._acquire()
+        channel, seq = node.channel, next(self._seq)
+        future = channel.send(seq, task, meta)
+        try:
+            payload = await asyncio.wait_for(asyncio.shield(future), self.deadline)
+            try:
+                result = decode_result(payload) if payload is not None else failure_result(task, meta, WorkerDied(
+                    f"the worker on node {node.node_id[:8]} cancelled attempt {meta.attempt} of {meta.rollout_id}"))
+            except Exception as exc:  # noqa: BLE001 - a result that does not load fails its attempt, not the run
+                result = failure_result(task, meta, exc)
+        except asyncio.TimeoutError:
+            self.deadlines_hit += 1
+            channel.cancel(seq)
+            # Let the worker unwind (its runtime closes what it started), then remove what is left by label.
+            await asyncio.wait([future], timeout=CANCEL_GRACE)
+            await asyncio.to_thread(remove_rollout_containers, self.run_id, self.engines, meta.rollout_id)
+            result = failure_result(task, meta, DeadlineExceeded(
+                f"attempt {meta.attempt} of {meta.rollout_id} passed the {self.deadline:g}s deadline on node "
+                f"{node.node_id[:8]}; cancelled and its containers removed"))
+        except WorkerGone as exc:
+            where = f"worker {node.worker or '?'} on node {node.node_id[:8]}"
+            cause = f"died: {exc}" if isinstance(exc.cause, RayActorError) else f"could not run it: {exc}"
+            result = failure_result(task, meta, WorkerDied(f"{where} {cause}"))
+        except asyncio.CancelledError:  # the caller gave up (a batch deadline): stop the attempt for real
+            channel.cancel(seq)
+            await asyncio.shield(asyncio.to_thread(remove_rollout_containers, self.run_id, self.engines,
+                                                   meta.rollout_id))
+            raise
+        finally:
+            future.add_done_callback(retrieve)  # an abandoned attempt's error is expected, never "unretrieved"
+            await self._release(node)
+        if result.node_id is None:
+            result.node_id, result.worker = node.node_id, node.worker
+        node.ran += 1
+        self.metrics.inc("attempts", status=result.status, exit_reason=result.exit_reason.value)
+        return result
+
+    async def _acquire(self) -> Node:
+        assert self._changed is not None, "call start() first"
+        async with self._changed:
+            self.waiting += 1
+            try:
+                while True:
+                    best = max(self.nodes.values(), key=lambda n: n.free, default=None)
+                    if best is not None and best.free > 0:
+                        best.used += 1
+                        return best
+                    self._gauges()
+                    await self._changed.wait()
+            finally:
+                self.waiting -= 1
+                self._gauges()
+
+    async def _release(self, node: Node) -> None:
+        async with self._changed:
+            node.used -= 1
+            self._gauges()
+            self._changed.notify_all()
+
+    def note_queue(self, not_started: int) -> None:
+        """The driver's count of rollouts not yet admitted to its window (part of the queue depth)."""
+        self.not_started = not_started
+        self._gauges()
+
+    def _gauges(self) -> None:
+        self.metrics.set("rollouts_in_flight", sum(n.used for n in self.nodes.values()))
+        self.metrics.set("queue_depth", self.waiting + self.not_started)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ---- nodes and workers ---------------------------------------------------------------------
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(NODE_REFRESH_INTERVAL)
+            try:
+                if self._reap_pending:  # a dead worker's process may have lingered (a zombie) at the first look
+                    self._reap_pending = False
+                    await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
+                await self._refresh_nodes()
+            except Exception as exc:  # noqa: BLE001 - a GCS hiccup must not end the run
+                print(f"[farm] node refresh failed: {exc}", file=self.out, flush=True)
+
+    async def _refresh_nodes(self) -> None:
+        listed = await asyncio.to_thread(ray.nodes)
+        alive = {n["NodeID"]: n for n in listed if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0}
+        for node_id, info in alive.items():
+            if (node_id, 0) not in self.nodes:
+                capacity = self.resources.capacity(info["Resources"], self.concurrency)
+                for index, share in enumerate(self.resources.workers(info["Resources"], capacity)):
+                    node = self.nodes[(node_id, index)] = Node(node_id, share, index=index)
+                    self._start_worker(node)
+        for node in self.nodes.values():
+            if node.alive and node.node_id not in alive:
+                node.alive = False
+                if node.index == 0:
+                        print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
+                          file=self.out, flush=True)
+            elif node.alive and node.actor is None and node.starting is None:
+                self._start_worker(node)
+        await self._notify()
+
+    def _start_worker(self, node: Node) -> None:
+        node.generation += 1
+        generation = node.generation
+
+        async def start() -> None:
+            actor = worker_actor_class().options(
+                name=f"{self.name}:{self.run_id}:{node.node_id[:8]}:{node.index}:{generation}",
+                num_cpus=0,  # slots are counted here, per node; the actor itself only waits on I/O
+                max_concurrency=100_000,
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+                # Plain asyncio, not uvloop: uvloop forks the whole worker per subprocess (19 ms vs 2.7 ms a spawn
+                # at a 150 MB heap, bench_farm (b)); the job's runtime env is inherited, env vars merged.
+                runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0"}},
+            ).remote(self.source_ref, node_id=node.node_id, run_dir=self.run_dir, metrics_run=self.run_id)
+            try:
+                info = await asyncio.wait_for(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
+                ray.kill(actor, no_restart=True)
+                print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
+                      f"{type(exc).__name__}: {first_line(exc)}", file=self.out, flush=True)
+            else:
+                if node.generation == generation:
+                    node.actor, node.worker = actor, info["worker"]
+                    node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc))
+                    if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
+                        actor.reap_dead_owners.remote(self.run_id, self.engines)
+            finally:
+                node.starting = None
+                await self._notify()
+
+        node.starting = asyncio.create_task(start())
+
+    def _worker_lost(self, node: Node, generation: int, exc: BaseException) -> None:
+        if node.generation != generation or node.actor is None:
+            return  # already replaced after another of its calls failed
+        self.workers_lost += 1
+        self.metrics.inc("workers_lost")
+        node.lost_workers.append(node.worker or "?")
+        print(f"[farm] worker {node.worker} on node {node.node_id[:8]} died ({type(exc).__name__}); "
+              "its rollouts run again, a replacement starts if the node is still there", file=self.out, flush=True)
+        # Unreachable may not mean dead: make sure it runs nothing more the driver has sent elsewhere.
+        ray.kill(node.actor, no_restart=True)
+        node.actor, node.worker, node.channel = None, None, None
+        self._reap_pending = True
+        asyncio.get_running_loop().run_in_executor(None, reap_dead_owners, self.run_id, self.engines, self.out)
+        # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that
+        # died with its worker is reported dead by Ray within its health-check period, and gets none).

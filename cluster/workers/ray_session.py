@@ -1,0 +1,37 @@
+"""Joining a Ray cluster: the one ``address`` names (or ``$RAY_ADDRESS``), else an embedded local one."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import ray
+
+PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+"""The directory holding ``rollout/``, ``envs/``, ``agents/`` and ``cluster/``."""
+
+
+def connect(address: str | None = None, *, num_cpus: int | None = None, dashboard: bool = False,
+            out: TextIO = sys.stderr) -> str:
+    """Initialise Ray once per process and say which cluster this is. Inside ``ray job submit`` the job's
+    ``RAY_ADDRESS`` and runtime environment (its working dir) are inherited, so nothing needs installing."""
+    if ray.is_initialized():
+        return "ray: already connected"
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        where = f"ray: joined the cluster at {address}"
+    else:
+        # Workers import the project from its source tree, installed or not.
+        pythonpath = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+        ray.init(num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True,
+                 runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+        where = "ray: started an embedded local cluster (set farm.address, --address or RAY_ADDRESS to join one)"
+    resources = ray.cluster_resources()
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    where += f"; {nodes} node(s), {resources.get('CPU', 0):g} CPUs"
+    print(where, file=out, flush=True)
+    return where
+

@@ -1,0 +1,78 @@
+"""Slots: how many rollouts a node runs at once, from what one rollout takes and what the node has."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+SLOTS_PER_WORKER = 1000
+"""Slots one worker process takes by default: one Python event loop runs about a thousand steps a second
+(the farm's whole per-step cost is about a millisecond of it), so ten thousand rollouts whose model answers
+in ten seconds keep one loop busy; past that a node gets another worker, up to one per CPU."""
+
+
+@dataclass
+class Resources:
+    """What one rollout takes on a node; None means that resource does not limit it."""
+
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    max_per_node: int | None = None
+    workers_per_node: int | None = None
+    """Worker processes per node; None: one per ``SLOTS_PER_WORKER`` slots, up to the node's CPUs."""
+
+    def capacity(self, node_resources: dict[str, float], ceiling: int) -> int:
+        limits = [ceiling]
+        if self.cpus:
+            limits.append(int(node_resources.get("CPU", 0) / self.cpus + 1e-9))
+        if self.memory_bytes:
+            limits.append(int(node_resources.get("memory", 0) // self.memory_bytes))
+        if self.max_per_node:
+            limits.append(self.max_per_node)
+        return max(1, min(limits))
+
+    def workers(self, node_resources: dict[str, float], capacity: int) -> list[int]:
+        """The node's slots split among its worker processes (one event loop each)."""
+        if self.workers_per_node:
+            count = self.workers_per_node
+        else:
+            count = min(int(node_resources.get("CPU", 1)), capacity // SLOTS_PER_WORKER)
+        count = max(1, min(count, capacity))
+        return [capacity // count + (1 if i < capacity % count else 0) for i in range(count)]
+
+
+@dataclass
+class Node:
+    node_id: str
+    capacity: int
+    index: int = 0
+    """Which of the node's workers (``Resources.workers``) this is."""
+    used: int = 0
+    actor: Any = None
+    channel: Any = None
+    """The driver's end of the worker's mailbox (``cluster.workers.channel.Channel``)."""
+    worker: str | None = None
+    """``<hostname>:<pid>`` of the live worker process."""
+    generation: int = 0
+    alive: bool = True
+    starting: asyncio.Task | None = None
+    ran: int = 0
+    lost_workers: list[str] = field(default_factory=list)
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used if self.alive and self.actor is not None else 0
+
+
+def parse_memory(text: str | None) -> int | None:
+    """``"2g"`` → bytes (docker's memory syntax)."""
+    if not text:
+        return None
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower()
+    factor = units.get(text[-1], 1)
+    number = text[:-1] if text[-1] in units else text
+    return int(math.ceil(float(number) * factor))

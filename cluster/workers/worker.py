@@ -1,0 +1,229 @@
+"""The rollout worker: one process per farm node that runs many rollouts concurrently with the same loop
+as the local backend (``run_rollout``), on behalf of a driver.
+
+The class is plain Python (``cluster.workers.ray_backend`` makes it a Ray actor), so it is also testable without
+a cluster. What to build per rollout comes from a *source*: ``ConfigSource`` (a run config's ``Composer``,
+validated once by the driver) or ``ObjectSource`` (objects a trainer handed to ``RolloutFarm``, shipped by pickling).
+Every model call of the worker goes through one gate, so ``pause()`` stops new model calls during a weight
+update and ``set_policy_version()`` stamps the version on every turn that starts after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from pathlib import Path
+from typing import Any, Callable
+
+from cluster.compose import RolloutParts
+from rollout import events
+from rollout.protocols import Environment, Model, ModelResponse, Verifier
+from rollout.records import RequestMeta, RolloutResult, Task
+from rollout.runner import failure_result, run_rollout
+from rollout.termination import Limits
+
+
+class ConfigSource:
+    """Parts from a run config, validated once by the driver: its ``Composer`` is shipped as is (without the
+    dataset: a worker binds the tasks it is handed)."""
+
+    def __init__(self, composer: Any, base_url: str | None = None):
+        self.composer, self.base_url = composer, base_url
+
+    def build_model(self) -> Model:
+        return self.composer.build_model(self.base_url)
+
+    def parts(self, task: Task, meta: RequestMeta) -> RolloutParts:
+        self.composer.bind_tasks([task])  # in-process scripted models look tasks up by id
+        return self.composer.parts(task, meta)
+
+
+class ObjectSource:
+    """Parts from objects: a model, an agent, and factories ``env_factory(task, meta)`` /
+    ``verifier_factory(task, env)`` (a fresh environment per rollout). They must pickle (Ray ships them)."""
+
+    def __init__(self, model: Model | Callable[[], Model], agent: Any,
+                 env_factory: Callable[[Task, RequestMeta], Environment],
+                 verifier_factory: Callable[[Task, Environment], Verifier | None] | None = None,
+                 limits: Limits | None = None):
+        self.model, self.agent = model, agent
+        self.env_factory, self.verifier_factory = env_factory, verifier_factory
+        self.limits = limits
+
+    def build_model(self) -> Model:
+        return self.model if hasattr(self.model, "complete") else self.model()
+
+    def parts(self, task: Task, meta: RequestMeta) -> RolloutParts:
+        env = self.env_factory(task, meta)
+        verifier = self.verifier_factory(task, env) if self.verifier_factory is not None else None
+        if verifier is None and isinstance(env, Verifier):  # an environment that grades itself
+            verifier = env
+        limits = self.limits or (self.agent.limits() if hasattr(self.agent, "limits") else Limits())
+        return RolloutParts(self.agent, env, verifier, limits)
+
+
+class GatedModel:
+    """The worker's model behind its pause gate; stamps the policy version current when a call starts."""
+
+    def __init__(self, inner: Model, worker: "RolloutWorker"):
+        self.inner, self.worker = inner, worker
+
+    async def complete(self, messages: list, tools: list | None = None, **kwargs: Any) -> ModelResponse:
+        await self.worker.gate.wait()
+        version = self.worker.policy_version
+        response = await self.inner.complete(messages, tools, **kwargs)
+        if response.policy_version is None and version is not None:
+            response = response.model_copy(update={"policy_version": version})
+        return response
+
+    async def aclose(self) -> None:
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class RolloutWorker:
+    """Runs rollouts for a driver. ``node_id`` labels the containers it creates (``rollout-farm.node``)."""
+
+    def __init__(self, source: Any, *, node_id: str = "", run_dir: str | None = None, metrics_run: str | None = None):
+        from envs.runtimes.containers import NODE_ENV
+        from rollout.gc_tuning import tune_gc
+
+        if node_id:
+            os.environ[NODE_ENV] = node_id
+        tune_gc()
+        self.source = source
+        self.node_id = node_id
+        self.ident = f"{socket.gethostname()}:{os.getpid()}"
+        self.run_dir = run_dir
+        self.policy_version: str | None = None
+        from cluster.live import LiveTracker
+
+        self.tracker = LiveTracker(node_id, self.ident)
+        self.finished = 0
+        self._model: GatedModel | None = None
+        self._gate: asyncio.Event | None = None
+        self._running: dict[int, asyncio.Task] = {}
+        self._outbox: list[tuple[int, tuple[int, bytes] | None]] = []
+        self._ready: asyncio.Event | None = None
+        self.metrics = None
+        if metrics_run is not None:  # inside Ray: the farm's metrics (cluster.workers.metrics), tagged with the run
+            from cluster.workers.metrics import FarmMetrics
+
+            self.metrics = FarmMetrics(metrics_run)
+
+    @property
+    def gate(self) -> asyncio.Event:
+        if self._gate is None:  # created on the actor's event loop, not in __init__
+            self._gate = asyncio.Event()
+            self._gate.set()
+        return self._gate
+
+    def info(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "worker": self.ident, "pid": os.getpid(), "finished": self.finished,
+                "in_flight": len(self.tracker), "policy_version": self.policy_version,
+                "paused": self._gate is not None and not self._gate.is_set()}
+
+    async def execute(self, task: Task, meta: RequestMeta) -> RolloutResult:
+        if self._model is None:
+            self._model = GatedModel(self.source.build_model(), self)
+        try:
+            parts = self.source.parts(task, meta)
+        except Exception as exc:  # noqa: BLE001 - one rollout's broken parts never stop the others
+            result = failure_result(task, meta, exc)
+        else:
+            key = self.tracker.start(meta)
+            try:
+                result = await run_rollout(task, parts.agent, self._model, parts.env, verifier=parts.verifier,
+                                           meta=meta, limits=parts.limits, observers=self._observers(meta, key))
+            finally:
+                self.tracker.finish(key)
+        self.finished += 1
+        result.node_id, result.worker = self.node_id or None, self.ident
+        return result
+
+    # ---- many rollouts per call: the Ray backend's protocol (cluster.workers.channel) -------------------------
+
+    async def submit(self, batch: list[tuple[int, Task, RequestMeta]]) -> int:
+        """Start ``(seq, task, meta)`` rollouts; each result goes to the outbox that ``collect`` empties."""
+        for seq, task, meta in batch:
+            self._running[seq] = asyncio.create_task(self._deliver(seq, task, meta))
+        return len(batch)
+
+    async def _deliver(self, seq: int, task: Task, meta: RequestMeta) -> None:
+        from cluster.workers.wire import encode_result
+
+        payload: tuple[int, bytes] | None
+        try:
+            payload = encode_result(await self.execute(task, meta))
+        except asyncio.CancelledError:  # the driver cancelled it (a deadline): it unwound; None says so
+            payload = None
+        except Exception as exc:  # noqa: BLE001 - reported as this rollout's failure, never lost
+            payload = encode_result(failure_result(task, meta, exc))
+        self._running.pop(seq, None)
+        self._outbox.append((seq, payload))
+        if self._ready is not None:
+            self._ready.set()
+
+    async def collect(self, wait: float = 30.0) -> list[tuple[int, tuple[int, bytes] | None]]:
+        """Every ``(seq, encoded result)`` finished since the last call; waits up to ``wait`` s for one."""
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        if not self._outbox:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+        out, self._outbox = self._outbox, []
+        return out
+
+    async def cancel(self, seqs: list[int]) -> None:
+        """Cancel running rollouts (their runtimes close what they started; ``collect`` reports None)."""
+        for seq in seqs:
+            task = self._running.get(seq)
+            if task is not None:
+                task.cancel()
+
+    def _observers(self, meta: RequestMeta, key: tuple[str, int]) -> list[events.Observer]:
+        observers = [self.tracker.observer(key)]
+        if self.run_dir is not None and Path(self.run_dir).is_dir():  # a file system shared with the driver
+            from rollout.run_store import RunStore, partial_trajectory_writer
+
+            observers.append(partial_trajectory_writer(RunStore(self.run_dir), meta))
+        if self.metrics is not None:
+            observers.append(self.metrics.observer)
+        return observers
+
+    def live(self) -> list[dict[str, Any]]:
+        """The in-flight rollouts of this worker: task, sample, attempt, step, last command, times, node."""
+        return self.tracker.rows()
+
+    def set_policy_version(self, version: str | int | None) -> None:
+        self.policy_version = None if version is None else str(version)
+
+    def pause(self) -> None:
+        self.gate.clear()
+
+    def resume(self) -> None:
+        self.gate.set()
+
+    def reap_dead_owners(self, run_id: str, engines: tuple[str, ...]) -> int:
+        """Remove containers of ``run_id`` on this host whose creating process is gone (a dead worker's)."""
+        from cluster.workers.reaping import reap_dead_owners
+
+        return reap_dead_owners(run_id, engines, out=None)
+
+    async def shutdown(self) -> None:
+        """Close the model's connections, the warm pools, and every container this process still tracks."""
+        from envs.runtimes.containers import remove_tracked
+        from envs.runtimes.warm_pool import close_all
+
+        if self._model is not None:
+            await self._model.aclose()
+            self._model = None
+        if self.metrics is not None:
+            await self.metrics.aclose()
+        await close_all()
+        await asyncio.to_thread(remove_tracked)

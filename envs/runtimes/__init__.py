@@ -1,0 +1,1 @@
+"""Runtimes: where a rollout's commands run (local workspace, docker/podman, apptainer, null) and their plumbing."""

@@ -1,0 +1,247 @@
+"""Container bookkeeping: labels, the live-container tracker (freed at exit, on SIGTERM), garbage collection."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from envs.runtimes import engines
+from rollout.errors import ConfigError
+
+RUN_LABEL = "rollout-farm.run"
+"""The run id; every container we create carries it (the reaper's filter)."""
+ROLLOUT_LABEL = "rollout-farm.rollout"
+"""The rollout id within the run."""
+OWNER_LABEL = "rollout-farm.owner"
+"""``<hostname>:<pid>`` of the process that created the container."""
+OWNER_START_LABEL = "rollout-farm.owner-start"
+"""That process's start time (clock ticks since boot), so a recycled pid is not mistaken for the owner."""
+NODE_LABEL = "rollout-farm.node"
+"""The farm node (Ray node id) whose worker created the container, when it runs on a farm."""
+NODE_ENV = "ROLLOUT_FARM_NODE"
+"""Set by a farm worker process to its node id; becomes the container's ``NODE_LABEL``."""
+
+_EXIT_REMOVE_WAIT = 20.0
+"""Seconds the exit-time cleanup may take before giving up (the TTL catches what it misses)."""
+
+# container id -> (engine, base_url, name). Plain dict operations, atomic under the GIL: no lock, so the
+# SIGTERM handler can never deadlock on one the interrupted code holds.
+_live: dict[str, tuple[str, str | None, str]] = {}
+_atexit_installed = False
+_sigterm_installed = False
+_previous_sigterm: Any = None
+
+
+def owner_labels() -> dict[str, str]:
+    """Labels naming this process as the owner of the containers it creates."""
+    labels = {OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}", OWNER_START_LABEL: str(_start_ticks(os.getpid()))}
+    node = os.environ.get(NODE_ENV)
+    if node:
+        labels[NODE_LABEL] = node
+    return labels
+
+
+def track(container_id: str, engine: str, base_url: str | None, name: str) -> None:
+    """Remember a live container; it is removed at interpreter exit or on SIGTERM unless ``untrack``ed first."""
+    install_hooks()
+    _live[container_id] = (engine, base_url, name)
+
+
+def untrack(container_id: str) -> None:
+    _live.pop(container_id, None)
+
+
+def tracked() -> list[str]:
+    """Names of the containers this process has started and not closed."""
+    return [name for _, _, name in list(_live.values())]
+
+
+def remove_tracked() -> list[str]:
+    """Force-remove every tracked container, in parallel; returns their names. Lock-free: it runs inside
+    a signal handler, which may interrupt the main thread anywhere (even inside the SDK's own locks),
+    so it uses fresh clients from new threads and gives up after a bound."""
+    entries = list(_live.items())
+    _live.clear()
+    if not entries:
+        return []
+    versions = {(e, u): c.api.api_version for e, u, c in engines.cached_clients()}
+
+    def remove(item: tuple[str, tuple[str, str | None, str]]) -> None:
+        cid, (engine, url, _) = item
+        try:
+            _fresh_api(engine, url, versions.get((engine, url))).remove_container(cid, force=True)
+        except Exception:  # noqa: BLE001 - already gone, or the engine is down: the TTL reaps it
+            pass
+
+    # Plain threads, not an executor: at interpreter exit, executors refuse new work.
+    threads = [threading.Thread(target=remove, args=(item,), daemon=True) for item in entries]
+    deadline = time.monotonic() + _EXIT_REMOVE_WAIT
+    for thread in threads:
+        try:
+            thread.start()
+        except RuntimeError:  # no new threads this late in shutdown: do it here
+            remove(entries[threads.index(thread)])
+    for thread in threads:
+        if thread.ident is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return [name for _, (_, _, name) in entries]
+
+
+def _fresh_api(engine: str, base_url: str | None, version: str | None) -> Any:
+    import docker
+
+    url = base_url or (engines.podman_url() if engine == "podman" else None)
+    if url is None:
+        return docker.from_env(version=version or "auto", timeout=10).api
+    return docker.APIClient(base_url=url, version=version or "auto", timeout=10)
+
+
+def install_hooks() -> None:
+    """atexit and SIGTERM cleanup, installed on first container start (never at import: Ray re-imports us
+    everywhere). SIGTERM needs the main thread: from another one (an async Ray actor's loop) only atexit and
+    the TTL remain, and a later call from the main thread completes the job."""
+    global _atexit_installed, _sigterm_installed, _previous_sigterm
+    if not _atexit_installed:
+        _atexit_installed = True
+        atexit.register(remove_tracked)
+    if not _sigterm_installed and threading.current_thread() is threading.main_thread():
+        _sigterm_installed = True
+        _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    remove_tracked()
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_IGN:
+        return
+    else:  # the default action: die of SIGTERM, as if we had never been here
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _start_ticks(pid: int) -> int:
+    """Start time of ``pid`` in clock ticks since boot (0 where /proc is unavailable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    # Field 22; the command name (field 2) may contain spaces, so count from its closing parenthesis.
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
+
+
+def _is_zombie(pid: int) -> bool:
+    """A process that has exited but not yet been reaped (state Z): dead for our purposes."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    """Whether the process that created a container may still be running. Unknown hosts count as alive:
+    their containers die by their TTL or by an explicit ``rollout gc --force``."""
+    host, _, pid_text = labels.get(OWNER_LABEL, "").rpartition(":")
+    if not host or not pid_text.isdigit():
+        return False  # not ours to protect: no owner recorded
+    if host != socket.gethostname():
+        return True
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if _is_zombie(pid):
+        return False
+    recorded = labels.get(OWNER_START_LABEL, "")
+    return not (recorded.isdigit() and int(recorded) and _start_ticks(pid) not in (0, int(recorded)))
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds in ``"90"``, ``"30s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1w"``, or combinations like ``"1h30m"``."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    units = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    spec = text.strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw]?)", spec)
+    if not spec or "".join(n + u for n, u in parts) != spec:
+        raise ConfigError(f"not a duration: {text!r} (use e.g. 90, 30m, 2h, 1d)", "older_than")
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def remove_labelled(
+    run_id: str | None = None,
+    older_than: str | float | None = None,
+    engine: str = "docker",
+    *,
+    include_live: bool = False,
+    base_url: str | None = None,
+    rollout_id: str | None = None,
+) -> list[str]:
+    """Force-remove our containers (running or not): those of ``run_id`` (all runs if none), only of
+    ``rollout_id`` if given, created more than ``older_than`` ago if given. Containers whose creating
+    process is still alive are kept unless ``include_live``. Returns the names removed."""
+    max_age = None if older_than is None else parse_duration(older_than)
+    api = engines.client(engine, base_url).api
+    labels_wanted = [RUN_LABEL if run_id is None else f"{RUN_LABEL}={run_id}"]
+    if rollout_id is not None:
+        labels_wanted.append(f"{ROLLOUT_LABEL}={rollout_id}")
+    now = time.time()
+    doomed = []
+    for c in api.containers(all=True, filters={"label": labels_wanted}):
+        labels = c.get("Labels") or {}
+        if max_age is not None and now - _created(c) < max_age:
+            continue
+        if not include_live and owner_alive(labels):
+            continue
+        doomed.append((c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/")))
+    removed = []
+    for cid, name in doomed:
+        try:
+            api.remove_container(cid, force=True)
+        except Exception as exc:
+            if engines.status(exc) not in (404, 409):
+                raise
+        removed.append(name)
+        untrack(cid)
+    return removed
+
+
+def _created(container: dict[str, Any]) -> float:
+    created = container.get("Created", 0)
+    return float(created) if isinstance(created, (int, float)) else 0.0
+
+
+def remove_leftovers(run_id: str, engine: str = "docker", *, base_url: str | None = None) -> list[str]:
+    """Remove what an earlier attempt of run ``run_id`` left behind (a crash, a SIGKILL). Only containers
+    whose owner process is gone: a parallel live process of the same run keeps its own."""
+    return remove_labelled(run_id=run_id, engine=engine, base_url=base_url)
+
+
+def run_gc(
+    run_id: str | None = None, older_than: str | float | None = None, engine: str = "docker", force: bool = False
+) -> int:
+    """``rollout gc``: remove leftover containers, print one line per container and a summary; the exit code."""
+    try:
+        removed = remove_labelled(run_id, older_than, engine, include_live=force)
+    except Exception as exc:  # noqa: BLE001 - a CLI: one line, not a traceback
+        print(f"rollout gc: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    for name in removed:
+        print(f"removed {name}")
+    scope = f"run {run_id}" if run_id else "all runs"
+    print(f"{len(removed)} container(s) removed ({engine}, {scope})")
+    return 0

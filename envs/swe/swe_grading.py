@@ -1,0 +1,342 @@
+"""SWE-bench grading in a fresh runtime: model patch (lenient ladder), tests restored, test patch, tests, report."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import Field
+
+from envs.runtimes.output import decode
+from envs.swe.pytest_log import eval_section
+from envs.swe.pytest_report import demote, read_junit, unconfirmed, wants_report
+from envs.swe.swe_eval_script import EvalScript, ScriptRun
+from envs.swe.swe_patch import diff_paths
+from envs.swe.swe_protect import restored_sections, test_file_paths, test_like, to_reset, with_sections
+from envs.swe.swe_reports import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
+from envs.swe.swe_specs import eval_plan
+from rollout.config import StrictModel, coerce
+from rollout.errors import VerifierError
+from rollout.protocols import ExecResult, GradingSource, Runtime
+from rollout.records import Reward, RolloutResult, Task
+
+__all__ = ["APPLY_LADDER", "Grade", "SweVerifier", "SweVerifierConfig", "grade", "patch_of"]
+
+APPLY_LADDER = ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5 -p1 -i")
+"""The harness's commands, most exact first; the first that exits 0 applied the patch."""
+_GIT = "git -c safe.directory='*'"  # a repository owned by another user (an image's /testbed) is still ours
+_GUARD = 8.0
+"""Seconds past the script's limit after which we stop waiting for a runtime that does not enforce timeouts."""
+
+
+async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_factory: Callable[[], Runtime], *,
+                eval_timeout: float = 1800, repo_dir: str = "/testbed", log: Callable[[str], Any] | None = None,
+                setup_timeout: float = 600, max_log_chars: int = 200_000, strict: bool = False) -> Grade:
+    """Grade ``model_patch`` for one SWE-bench instance in a new runtime from ``runtime_factory()``
+    (started here, always closed), whose repository at ``base_commit`` is in ``repo_dir`` (absolute, or
+    relative to the runtime's workdir). Bad instance data or a test patch that does not apply raise
+    ``VerifierError``; whatever the patch does (not apply, fail or crash the tests, tamper with them) is an
+    unresolved Grade with its ``unresolved_reason``.
+
+    The work in the runtime is writing an ``envs.swe.swe_eval_script`` script (patches inside) and one ``exec``
+    of it: the apply ladder; then, reset to ``base_commit``, every file the tests rely on that the patch
+    touched (the test patch's files, the files of FAIL_TO_PASS / PASS_TO_PASS ids, conftest.py, pytest.ini)
+    and the pytest section of tox.ini / setup.cfg / pyproject.toml; the test patch; the tests
+    (``setup_timeout`` per preparation step, ``eval_timeout`` for the tests, by ``timeout`` in the runtime;
+    the exec's own limit is a backstop), pytest's junitxml report and the log printed last. A test counts as
+    passing only when the log and the report agree, and a test command that exits other than 0 or 1
+    (interrupted, crashed, killed) resolves nothing. ``strict``: a patch touching test files or pytest
+    configuration scores 0 without running. Report and log files are read back only when the output was cut
+    short; scratch files are removed afterwards only where they outlive the runtime (a local workspace).
+    ``durations``: start, apply, reset, tests (by the script's clock), overhead (the rest of the exec:
+    the call, the shells, printing the log), read and cleanup (if any), close, total."""
+    say = log or (lambda _msg: None)
+    ident = str(task_data.get("instance_id") or task_data.get("task_id") or "")
+    expected = {c: _test_list(task_data, c, ident) for c in CATEGORIES}
+    if "FAIL_TO_PASS" not in task_data:
+        raise VerifierError(f"instance {ident} has no FAIL_TO_PASS tests", retryable=False)
+    result = Grade(instance_id=ident, patch_is_None=model_patch is None,
+                   patch_exists=bool(model_patch and model_patch.strip()))
+    if not result.patch_exists:
+        result.unresolved_reason = "no patch"
+        say(f"{ident}: no patch, unresolved")
+        return result
+    plan = eval_plan(task_data, ident)
+    result.test_cmd = plan.command
+    test_patch = str(task_data.get("test_patch") or "")
+    tested = expected[FAIL_TO_PASS] + expected[PASS_TO_PASS]
+    protected = [*diff_paths(test_patch), *test_file_paths(tested)]
+    touched = diff_paths(_with_newline(model_patch))
+    if strict and (refused := test_like(touched, protected)):
+        result.unresolved_reason = f"strict grading: the patch touches tests or their configuration: {_few(refused)}"
+        say(f"{ident}: {result.unresolved_reason}")
+        return result
+    reset, sections = to_reset(touched, protected), with_sections(touched)
+    script = EvalScript(secrets.token_hex(6), model_patch, test_patch, str(task_data.get("base_commit") or "HEAD"),
+                        plan.setup, plan.command, APPLY_LADDER, _GIT, setup_timeout, eval_timeout,
+                        reset_paths=reset, section_paths=sections, report=wants_report(plan.command))
+    began = time.monotonic()
+    mark = _clock(result, began)
+    runtime = runtime_factory()
+    try:
+        await runtime.start()
+        mark("start")
+        run = ScriptRun(script, await _run(runtime, script, repo_dir, mark), ident)
+        result.durations.update({k: round(v, 3) for k, v in run.phases(mark("exec", keep=False)).items()})
+        result.apply_method, result.apply_output, why_not = _applied(run)
+        if result.apply_method is None:
+            result.unresolved_reason = why_not
+            say(f"{ident}: {why_not}, unresolved")
+            return result
+        result.patch_successfully_applied = True
+        say(f"{ident}: patch applied with `{result.apply_method}`")
+        restored = _check_tests_prepared(run, bool(reset or sections))
+        if isinstance(restored, str):
+            result.unresolved_reason = restored
+            return result
+        result.restored = [*reset, *restored]
+        if strict and restored:
+            result.unresolved_reason = f"strict grading: the patch changes pytest configuration in {_few(restored)}"
+            return result
+        tests = run.steps.get("tests")
+        if tests is None or (tests.returncode is None and not run.ran.timed_out):
+            raise run.stopped("before the tests" if tests is None else "while the tests ran")
+        # Still running when the exec's backstop fired, or stopped by the in-container timeout.
+        result.timed_out = tests.returncode is None or tests.stopped(eval_timeout)
+        result.test_returncode = None if result.timed_out else tests.returncode
+        text = await _printed(runtime, run, "log", script.log_path, mark)
+        if result.timed_out:
+            text += f"\n\nTimeout error: {eval_timeout:g} seconds exceeded.\n"
+        statuses = plan.parse(eval_section(text)) or plan.parse(text)  # the harness's fallback
+        unconfirmed_tests: list[str] = []
+        if script.report and not result.timed_out:
+            cases = read_junit((await _printed(runtime, run, "report", script.report_path, mark)).encode())
+            result.report_found = cases is not None
+            unconfirmed_tests = unconfirmed(statuses, cases, tested)
+            statuses = demote(statuses, unconfirmed_tests)
+        result.test_statuses = statuses
+        result.test_output = text if len(text) <= max_log_chars else "[... cut ...]\n" + text[-max_log_chars:]
+        result.tests_status = status_by_category(result.test_statuses, expected, fail_only=plan.fail_only)
+        exit_ok = result.test_returncode in (0, 1)
+        result.resolved = not result.timed_out and exit_ok and is_resolved(result.tests_status)
+        result.reward = 1.0 if result.resolved else 0.0
+        if not result.resolved:
+            result.unresolved_reason = _reason(result, unconfirmed_tests, eval_timeout)
+        say(f"{ident}: {'resolved' if result.resolved else result.unresolved_reason}")
+        return result
+    finally:
+        try:
+            if os.path.exists(script.scratch):  # on this host: nothing else removes it
+                await _remove_scratch(runtime, script)
+                mark("cleanup")
+        finally:
+            await runtime.close()
+            mark("close")
+            result.durations["total"] = round(time.monotonic() - began, 3)
+
+
+def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float) -> str:
+    """Why a graded patch is unresolved, the grader's own findings first."""
+    restored = f" (the patch changed {_few(result.restored)}: restored to base_commit)" if result.restored else ""
+    if result.timed_out:
+        return f"the tests ran past the {eval_timeout:g}s limit{restored}"
+    if result.test_returncode not in (0, 1):
+        return (f"the test command exited with {result.test_returncode} (not 0 or 1: the run was interrupted, "
+                f"crashed or killed){restored}")
+    if unconfirmed_tests and not result.report_found:
+        return f"pytest wrote no report of its results, so the log's passing tests do not count{restored}"
+    if unconfirmed_tests:
+        return f"the log says passed but pytest's report does not, for {_few(unconfirmed_tests)}{restored}"
+    failing = [f"{c} {_few(result.tests_status[c]['failure'])}" for c in (FAIL_TO_PASS, PASS_TO_PASS)
+               if result.tests_status[c]["failure"]]
+    return f"tests failed: {'; '.join(failing)}{restored}"
+
+
+def _few(items: list[str], shown: int = 5) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+async def _run(runtime: Runtime, script: EvalScript, repo_dir: str, mark: Callable[..., float]) -> ExecResult:
+    """The script's one exec. Plain bash, as the harness runs its eval script: the runtime's own shell (a
+    login shell in containers) already set the environment up, and a login shell would reset PATH (and so
+    a virtualenv) on a host. The script goes in on the exec's stdin: never on a command line or in a file."""
+    try:
+        return await asyncio.wait_for(runtime.exec(script.loader, timeout=script.limit, cwd=repo_dir,
+                                                   stdin=script.text().encode()), script.limit + _GUARD)
+    except asyncio.TimeoutError:
+        return ExecResult(output="", returncode=-1, timed_out=True, duration=script.limit + _GUARD)
+
+
+def _applied(run: ScriptRun) -> tuple[str | None, str, str]:
+    """(the ladder command that applied the patch, or None; what the attempts printed; why not). Output past
+    the runtime's cap before the tests ran is the patch's doing (each step prints a bounded tail, so only the
+    patch can make it that long): it did not apply."""
+    run.require("unpack")
+    outputs = []
+    for number, command in enumerate(APPLY_LADDER, 1):
+        try:
+            if number > 1:
+                run.require("save" if number == 2 else "restore")
+            attempt = run.require(f"apply{number}", failing_ok=True)
+        except VerifierError:
+            if not run.ran.truncated:
+                raise
+            return None, "\n".join(outputs), "the patch does not apply (its output passed the runtime's output cap)"
+        outputs.append(f"$ {command}\n{attempt.output}")
+        if attempt.returncode == 0:
+            return command, "\n".join(outputs), ""
+    return None, "\n".join(outputs), "the patch does not apply"
+
+
+def _check_tests_prepared(run: ScriptRun, patch_touched: bool) -> list[str] | str:
+    """Test files as at ``base`` (whatever the model did to them), then the test patch on top: the
+    configuration files whose pytest section was put back, or why the patch is unresolved when the files it
+    touched cannot be put back."""
+    script, restored = run.script, []
+    if script.resets():
+        reset = run.require("reset", failing_ok=True)
+        if reset.returncode != 0 and patch_touched:
+            return f"the test files the patch touched cannot be restored:\n{reset.output[-2000:]}"
+        if reset.returncode != 0:
+            raise VerifierError(f"instance {run.ident}: resetting the test files to {script.base} failed:\n"
+                                f"{reset.output[-2000:]}")
+        restored = restored_sections(reset.output)
+    if script.test_patch.strip():
+        applied = run.require("test_patch", failing_ok=True)
+        if applied.returncode != 0:
+            raise VerifierError(f"instance {run.ident}: the test patch does not apply:\n{applied.output[-2000:]}",
+                                retryable=False)
+    return restored
+
+
+async def _printed(runtime: Runtime, run: ScriptRun, step: str, path: str, mark: Callable[..., float]) -> str:
+    """What the script printed in ``step`` (the log, the report); read back from ``path`` when the output was
+    cut before its end."""
+    printed = run.steps.get(step)
+    if printed is not None and printed.returncode == 0:
+        return printed.output
+    if printed is not None and printed.returncode is not None:
+        return ""  # the file is not there: cat failed
+    try:
+        text = decode(await asyncio.wait_for(runtime.read_file(path), 60))
+    except (FileNotFoundError, asyncio.TimeoutError):
+        text = printed.output if printed is not None else ""
+    mark("read")
+    return text
+
+
+async def _remove_scratch(runtime: Runtime, script: EvalScript) -> None:
+    with contextlib.suppress(Exception):  # a runtime that never started or already died has nothing to clean
+        await runtime.exec(f"rm -rf -- {shlex.quote(script.scratch)}", timeout=60)
+
+
+def _clock(result: Grade, began: float) -> Callable[..., float]:
+    last = [began]
+
+    def mark(phase: str, keep: bool = True) -> float:
+        """Seconds since the previous mark, recorded under ``phase`` unless ``keep`` is false."""
+        now = time.monotonic()
+        seconds, last[0] = now - last[0], now
+        if keep:
+            result.durations[phase] = round(seconds, 3)
+        return seconds
+
+    return mark
+
+
+def _with_newline(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _test_list(task_data: Mapping[str, Any], key: str, ident: str) -> list[str]:
+    value = task_data.get(key)
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise VerifierError(f"instance {ident}: {key} is neither a list nor a JSON list", retryable=False) from None
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise VerifierError(f"instance {ident}: {key} must be a list of test ids", retryable=False)
+    return value
+
+
+# ---- the verifier ------------------------------------------------------------------------------
+
+
+def patch_of(result: RolloutResult) -> str | None:
+    """The model's patch: what the rollout submitted (the Mini-SWE agent submits ``git diff`` output)."""
+    return result.submission
+
+
+class SweVerifierConfig(StrictModel):
+    type: str = "swe"
+    """Registry short name of this verifier."""
+    eval_timeout: float = Field(1800.0, gt=0)
+    """Seconds the tests may run; past it the instance is graded unresolved (timed out)."""
+    setup_timeout: float = Field(600.0, gt=0)
+    """Seconds each preparation command (patch application, test reset) may take."""
+    repo_dir: str = "/testbed"
+    """The repository in the grading runtime: absolute, or relative to the runtime's workdir ("." for a
+    local workspace holding the clone)."""
+    max_log_chars: int = Field(200_000, ge=1000)
+    """Characters of the test log kept in the reward details (its tail)."""
+    strict: bool = False
+    """Score 0 (with the reason) any patch that touches test files (the test patch's, those of FAIL_TO_PASS /
+    PASS_TO_PASS ids, conftest.py, test_*.py / *_test.py, anything under tests/, test/ or testing/) or pytest
+    configuration (pytest.ini, tox.ini, the pytest section of setup.cfg or pyproject.toml)."""
+
+
+class SweVerifier:
+    """Grades a rollout's patch in a fresh runtime per task from ``runtime_factory(task)``; the reward is
+    1.0 when resolved, the details are the Grade. ``patch_of`` picks the patch from a result."""
+
+    def __init__(self, config: SweVerifierConfig | Mapping[str, Any] | None = None, *,
+                 runtime_factory: Callable[[Task], Runtime] | None = None,
+                 patch_of: Callable[[RolloutResult], str | None] = patch_of, log: Callable[[str], Any] | None = None,
+                 env: Any = None, **_: Any):
+        self.config = coerce(SweVerifierConfig, config, prefix="verifier")
+        self.runtime_factory = runtime_factory
+        self.patch_of = patch_of
+        self.log = log
+        self.env = env
+        """The rollout's environment; when it is a ``GradingSource`` (SweEnvironment), it gives the patch, the
+        repository's place and a fresh runtime of the rollout's kind."""
+
+    @classmethod
+    def from_config(cls, config: SweVerifierConfig | Mapping[str, Any], **deps: Any) -> SweVerifier:
+        return cls(config, **deps)
+
+    async def verify(self, task: Task, result: RolloutResult) -> Reward:
+        cfg = self.config
+        repo_dir, source = cfg.repo_dir, "submission"
+        if isinstance(self.env, GradingSource):
+            env = self.env
+            patch, source = await env.final_patch(self.patch_of(result))
+            repo_dir = env.repo_dir_for(task)
+
+            def fresh() -> Runtime:
+                return env.fresh_runtime(task)  # never the agent's runtime
+        elif self.runtime_factory is not None:
+            patch, factory = self.patch_of(result), self.runtime_factory
+
+            def fresh() -> Runtime:
+                return factory(task)
+        else:
+            raise VerifierError("the swe verifier has no runtime to grade in", retryable=False)
+        graded = await grade({"instance_id": task.task_id, **task.data}, patch, fresh,
+                             eval_timeout=cfg.eval_timeout, repo_dir=repo_dir, log=self.log,
+                             setup_timeout=cfg.setup_timeout, max_log_chars=cfg.max_log_chars, strict=cfg.strict)
+        details = graded.model_dump()
+        details["patch_source"] = source
+        details["model_patch"] = patch
+        return Reward(value=graded.reward, details=details)
