@@ -21,5 +21,5 @@ VERIFIERS = Registry("verifier", {
     "check_command": "envs.verifiers:CheckCommandVerifier",
     "answer_match": "envs.verifiers:AnswerMatchVerifier",
     "env_reward": "envs.verifiers:EnvRewardVerifier",
-    "swe": "envs.swe.swe_grading:SweVerifier",
+    "swe": "envs.swe.swe_verifier:SweVerifier",
 })

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from envs.swe.pytest_log import END_MARKER, START_MARKER
 from envs.swe.swe_patch import diff_paths, reset_script, restore_script, save_script
 from envs.swe.swe_protect import section_script
-from rollout.errors import VerifierError
-from rollout.protocols import ExecResult
 
 LOG_CAP = 256 * 1024 * 1024
 """Bytes of test output kept on the runtime's disk (a test printing forever must not fill it)."""
@@ -145,12 +143,12 @@ class EvalScript:
 
     def text(self) -> str:
         """The script; the files it unpacks are printed by ``printf`` from quoted strings in it."""
-        model_patch = _with_newline(self.model_patch)  # a last line without its newline is corrupt to git apply
+        model_patch = with_newline(self.model_patch)  # a last line without its newline is corrupt to git apply
         touched, backup = diff_paths(model_patch), f"{self.scratch}/saved"
         files = {"model.patch": model_patch, "save.sh": save_script(touched, backup),
                  "restore.sh": restore_script(touched, backup), "eval.sh": self._eval_body()}
         if self.test_patch.strip():
-            files["test.patch"] = _with_newline(self.test_patch)
+            files["test.patch"] = with_newline(self.test_patch)
         if self.resets():
             paths = [*diff_paths(files.get("test.patch", "")), *self.reset_paths]
             files["reset.sh"] = (reset_script(list(dict.fromkeys(paths)), self.base, git=self.git) + "\n"
@@ -223,50 +221,6 @@ class EvalScript:
                 f'rc=$?\necho {shlex.quote(END_MARKER)}\nexit $rc\n')
 
 
-class ScriptRun:
-    """One run of an ``EvalScript`` read back: its steps, checks that say where it stopped, and the phases."""
-
-    def __init__(self, script: EvalScript, ran: ExecResult, ident: str):
-        self.script, self.ran, self.ident = script, ran, ident
-        self.steps = script.steps(ran.output)
-
-    def require(self, name: str, failing_ok: bool = False) -> Step:
-        """The preparation step ``name``, ended in time (and with exit code 0 unless ``failing_ok``)."""
-        step, limit = self.steps.get(name), self.script.setup_timeout
-        if step is None or step.returncode is None:
-            raise self.stopped(f"before its step {name!r} ended")
-        if step.stopped(limit):
-            raise VerifierError(f"instance {self.ident}: step {name!r} took more than {limit:g}s in the grading runtime")
-        if step.returncode in (124, 137) or (step.returncode != 0 and not failing_ok):
-            raise VerifierError(f"instance {self.ident}: grading step {name!r} failed (exit code {step.returncode}):"
-                                f"\n{step.output[-2000:]}")
-        return step
-
-    def stopped(self, where: str) -> VerifierError:
-        ran = self.ran
-        if ran.timed_out:
-            why = f"it ran past its limit of {self.script.limit:g}s"
-        elif ran.truncated:
-            why = "its output passed the runtime's output cap"
-        else:
-            why = f"exit code {ran.returncode}"
-        return VerifierError(f"instance {self.ident}: the grading script stopped {where} ({why}):\n"
-                             f"{ran.output[-2000:]}")
-
-    def phases(self, exec_seconds: float) -> dict[str, float]:
-        """apply, reset and tests by the script's clock (those that ran); overhead: the rest of the exec."""
-        steps, inside = self.steps, {}
-        ladder = [s for n, s in steps.items() if n.startswith("apply") or n in ("save", "restore")]
-        if "unpack" in steps and ladder:
-            inside["apply"] = (ladder[-1].ended or ladder[-1].began) - steps["unpack"].began
-        if "reset" in steps:
-            inside["reset"] = sum(s.seconds for n, s in steps.items() if n in ("reset", "test_patch"))
-        if "tests" in steps:
-            inside["tests"] = steps["tests"].seconds
-        inside = {phase: max(0.0, seconds) for phase, seconds in inside.items()}
-        return {**inside, "overhead": max(0.0, exec_seconds - sum(inside.values()))}
-
-
 def _printf_format(content: str) -> str:
     """A quoted ``printf`` format that prints ``content`` byte for byte (a builtin: no process per file, and
     NUL bytes survive, which no shell string holds)."""
@@ -274,7 +228,7 @@ def _printf_format(content: str) -> str:
     return shlex.quote(text.replace("\\", "\\\\").replace("%", "%%").replace("\0", "\\000"))
 
 
-def _with_newline(text: str) -> str:
+def with_newline(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 

@@ -2,37 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import secrets
-import shlex
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import Field
-
-from envs.runtimes.output import decode
 from envs.swe.pytest_log import eval_section
 from envs.swe.pytest_report import demote, read_junit, unconfirmed, wants_report
-from envs.swe.swe_eval_script import EvalScript, ScriptRun
+from envs.swe.swe_eval_script import EvalScript, with_newline
+from envs.swe.swe_script_run import ScriptRun, printed_step, remove_scratch, run_script
 from envs.swe.swe_patch import diff_paths
 from envs.swe.swe_protect import restored_sections, test_file_paths, test_like, to_reset, with_sections
 from envs.swe.swe_reports import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
 from envs.swe.swe_specs import eval_plan
-from rollout.config import StrictModel, coerce
 from rollout.errors import VerifierError
-from rollout.protocols import ExecResult, GradingSource, Runtime
-from rollout.records import Reward, RolloutResult, Task
+from rollout.protocols import Runtime
 
-__all__ = ["APPLY_LADDER", "Grade", "SweVerifier", "SweVerifierConfig", "grade", "patch_of"]
+__all__ = ["APPLY_LADDER", "Grade", "grade"]
 
 APPLY_LADDER = ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5 -p1 -i")
 """The harness's commands, most exact first; the first that exits 0 applied the patch."""
 _GIT = "git -c safe.directory='*'"  # a repository owned by another user (an image's /testbed) is still ours
-_GUARD = 8.0
 """Seconds past the script's limit after which we stop waiting for a runtime that does not enforce timeouts."""
 
 
@@ -73,7 +65,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     test_patch = str(task_data.get("test_patch") or "")
     tested = expected[FAIL_TO_PASS] + expected[PASS_TO_PASS]
     protected = [*diff_paths(test_patch), *test_file_paths(tested)]
-    touched = diff_paths(_with_newline(model_patch))
+    touched = diff_paths(with_newline(model_patch))
     if strict and (refused := test_like(touched, protected)):
         result.unresolved_reason = f"strict grading: the patch touches tests or their configuration: {_few(refused)}"
         say(f"{ident}: {result.unresolved_reason}")
@@ -88,7 +80,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     try:
         await runtime.start()
         mark("start")
-        run = ScriptRun(script, await _run(runtime, script, repo_dir, mark), ident)
+        run = ScriptRun(script, await run_script(runtime, script, repo_dir, mark), ident)
         result.durations.update({k: round(v, 3) for k, v in run.phases(mark("exec", keep=False)).items()})
         result.apply_method, result.apply_output, why_not = _applied(run)
         if result.apply_method is None:
@@ -111,13 +103,13 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         # Still running when the exec's backstop fired, or stopped by the in-container timeout.
         result.timed_out = tests.returncode is None or tests.stopped(eval_timeout)
         result.test_returncode = None if result.timed_out else tests.returncode
-        text = await _printed(runtime, run, "log", script.log_path, mark)
+        text = await printed_step(runtime, run, "log", script.log_path, mark)
         if result.timed_out:
             text += f"\n\nTimeout error: {eval_timeout:g} seconds exceeded.\n"
         statuses = plan.parse(eval_section(text)) or plan.parse(text)  # the harness's fallback
         unconfirmed_tests: list[str] = []
         if script.report and not result.timed_out:
-            cases = read_junit((await _printed(runtime, run, "report", script.report_path, mark)).encode())
+            cases = read_junit((await printed_step(runtime, run, "report", script.report_path, mark)).encode())
             result.report_found = cases is not None
             unconfirmed_tests = unconfirmed(statuses, cases, tested)
             statuses = demote(statuses, unconfirmed_tests)
@@ -134,7 +126,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     finally:
         try:
             if os.path.exists(script.scratch):  # on this host: nothing else removes it
-                await _remove_scratch(runtime, script)
+                await remove_scratch(runtime, script)
                 mark("cleanup")
         finally:
             await runtime.close()
@@ -162,17 +154,6 @@ def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float) ->
 def _few(items: list[str], shown: int = 5) -> str:
     more = f" and {len(items) - shown} more" if len(items) > shown else ""
     return ", ".join(items[:shown]) + more
-
-
-async def _run(runtime: Runtime, script: EvalScript, repo_dir: str, mark: Callable[..., float]) -> ExecResult:
-    """The script's one exec. Plain bash, as the harness runs its eval script: the runtime's own shell (a
-    login shell in containers) already set the environment up, and a login shell would reset PATH (and so
-    a virtualenv) on a host. The script goes in on the exec's stdin: never on a command line or in a file."""
-    try:
-        return await asyncio.wait_for(runtime.exec(script.loader, timeout=script.limit, cwd=repo_dir,
-                                                   stdin=script.text().encode()), script.limit + _GUARD)
-    except asyncio.TimeoutError:
-        return ExecResult(output="", returncode=-1, timed_out=True, duration=script.limit + _GUARD)
 
 
 def _applied(run: ScriptRun) -> tuple[str | None, str, str]:
@@ -217,27 +198,6 @@ def _check_tests_prepared(run: ScriptRun, patch_touched: bool) -> list[str] | st
     return restored
 
 
-async def _printed(runtime: Runtime, run: ScriptRun, step: str, path: str, mark: Callable[..., float]) -> str:
-    """What the script printed in ``step`` (the log, the report); read back from ``path`` when the output was
-    cut before its end."""
-    printed = run.steps.get(step)
-    if printed is not None and printed.returncode == 0:
-        return printed.output
-    if printed is not None and printed.returncode is not None:
-        return ""  # the file is not there: cat failed
-    try:
-        text = decode(await asyncio.wait_for(runtime.read_file(path), 60))
-    except (FileNotFoundError, asyncio.TimeoutError):
-        text = printed.output if printed is not None else ""
-    mark("read")
-    return text
-
-
-async def _remove_scratch(runtime: Runtime, script: EvalScript) -> None:
-    with contextlib.suppress(Exception):  # a runtime that never started or already died has nothing to clean
-        await runtime.exec(f"rm -rf -- {shlex.quote(script.scratch)}", timeout=60)
-
-
 def _clock(result: Grade, began: float) -> Callable[..., float]:
     last = [began]
 
@@ -250,10 +210,6 @@ def _clock(result: Grade, began: float) -> Callable[..., float]:
         return seconds
 
     return mark
-
-
-def _with_newline(text: str) -> str:
-    return text if text.endswith("\n") else text + "\n"
 
 
 def _test_list(task_data: Mapping[str, Any], key: str, ident: str) -> list[str]:
@@ -271,72 +227,3 @@ def _test_list(task_data: Mapping[str, Any], key: str, ident: str) -> list[str]:
 
 
 # ---- the verifier ------------------------------------------------------------------------------
-
-
-def patch_of(result: RolloutResult) -> str | None:
-    """The model's patch: what the rollout submitted (the Mini-SWE agent submits ``git diff`` output)."""
-    return result.submission
-
-
-class SweVerifierConfig(StrictModel):
-    type: str = "swe"
-    """Registry short name of this verifier."""
-    eval_timeout: float = Field(1800.0, gt=0)
-    """Seconds the tests may run; past it the instance is graded unresolved (timed out)."""
-    setup_timeout: float = Field(600.0, gt=0)
-    """Seconds each preparation command (patch application, test reset) may take."""
-    repo_dir: str = "/testbed"
-    """The repository in the grading runtime: absolute, or relative to the runtime's workdir ("." for a
-    local workspace holding the clone)."""
-    max_log_chars: int = Field(200_000, ge=1000)
-    """Characters of the test log kept in the reward details (its tail)."""
-    strict: bool = False
-    """Score 0 (with the reason) any patch that touches test files (the test patch's, those of FAIL_TO_PASS /
-    PASS_TO_PASS ids, conftest.py, test_*.py / *_test.py, anything under tests/, test/ or testing/) or pytest
-    configuration (pytest.ini, tox.ini, the pytest section of setup.cfg or pyproject.toml)."""
-
-
-class SweVerifier:
-    """Grades a rollout's patch in a fresh runtime per task from ``runtime_factory(task)``; the reward is
-    1.0 when resolved, the details are the Grade. ``patch_of`` picks the patch from a result."""
-
-    def __init__(self, config: SweVerifierConfig | Mapping[str, Any] | None = None, *,
-                 runtime_factory: Callable[[Task], Runtime] | None = None,
-                 patch_of: Callable[[RolloutResult], str | None] = patch_of, log: Callable[[str], Any] | None = None,
-                 env: Any = None, **_: Any):
-        self.config = coerce(SweVerifierConfig, config, prefix="verifier")
-        self.runtime_factory = runtime_factory
-        self.patch_of = patch_of
-        self.log = log
-        self.env = env
-        """The rollout's environment; when it is a ``GradingSource`` (SweEnvironment), it gives the patch, the
-        repository's place and a fresh runtime of the rollout's kind."""
-
-    @classmethod
-    def from_config(cls, config: SweVerifierConfig | Mapping[str, Any], **deps: Any) -> SweVerifier:
-        return cls(config, **deps)
-
-    async def verify(self, task: Task, result: RolloutResult) -> Reward:
-        cfg = self.config
-        repo_dir, source = cfg.repo_dir, "submission"
-        if isinstance(self.env, GradingSource):
-            env = self.env
-            patch, source = await env.final_patch(self.patch_of(result))
-            repo_dir = env.repo_dir_for(task)
-
-            def fresh() -> Runtime:
-                return env.fresh_runtime(task)  # never the agent's runtime
-        elif self.runtime_factory is not None:
-            patch, factory = self.patch_of(result), self.runtime_factory
-
-            def fresh() -> Runtime:
-                return factory(task)
-        else:
-            raise VerifierError("the swe verifier has no runtime to grade in", retryable=False)
-        graded = await grade({"instance_id": task.task_id, **task.data}, patch, fresh,
-                             eval_timeout=cfg.eval_timeout, repo_dir=repo_dir, log=self.log,
-                             setup_timeout=cfg.setup_timeout, max_log_chars=cfg.max_log_chars, strict=cfg.strict)
-        details = graded.model_dump()
-        details["patch_source"] = source
-        details["model_patch"] = patch
-        return Reward(value=graded.reward, details=details)

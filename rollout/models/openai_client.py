@@ -16,7 +16,7 @@ import json
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Literal, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
 
@@ -24,9 +24,8 @@ try:  # optional: a faster JSON codec for the request/response hot path
     import orjson as _orjson
 except ImportError:  # pragma: no cover - the standard library does the same, slower
     _orjson = None
-from pydantic import Field
 
-from rollout.config import StrictModel, validate
+from rollout.config import validate
 from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models.http1 import ConnectionFailed, Http1Pool
 from rollout.models.openai_wire import (
@@ -38,6 +37,7 @@ from rollout.models.openai_wire import (
     request_metadata,
     snippet,
 )
+from rollout.models.openai_config import OpenAIModelConfig
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta
 
@@ -48,54 +48,6 @@ BODY_TOO_LARGE = 413
 which is the token limit, whatever the body says (nginx's 413 is an HTML page)."""
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 """Retried like 5xx: timeouts, conflicts, too early, rate limits."""
-
-
-class OpenAIModelConfig(StrictModel):
-    type: str = "openai"
-    """Registry name (``rollout.models.registry.MODELS``)."""
-    base_url: str = "http://127.0.0.1:8000/v1"
-    """The API root; requests go to ``{base_url}/chat/completions``."""
-    model: str = ""
-    """The served model name sent in every request."""
-    api_key: str | None = Field(default=None, repr=False)
-    """Bearer token; when unset it is read from the environment variable ``api_key_env``."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Environment variable holding the key; an empty or missing key sends no Authorization header."""
-    timeout: float = Field(default=600.0, gt=0)
-    """Seconds per request attempt, connect to last byte."""
-    max_retries: int = Field(default=5, ge=0)
-    """Retries after the first attempt, on connection errors, timeouts, 408/409/425/429 and 5xx."""
-    backoff: float = Field(default=0.5, ge=0)
-    """First retry delay in seconds; doubles per retry, with jitter."""
-    max_backoff: float = Field(default=30.0, ge=0)
-    """Cap on one retry delay, a server's ``Retry-After`` included."""
-    max_concurrency: int = Field(default=16384, ge=1)
-    """Requests in flight at once from this process (per event loop); more wait in a queue."""
-    max_connections: int = Field(default=0, ge=0)
-    """aiohttp connection-pool limit; 0 = unlimited, leaving ``max_concurrency`` as the only bound."""
-    http_client: Literal["auto", "aiohttp"] = "auto"
-    """``auto``: the built-in HTTP/1.1 client (``rollout.models.http1``, a fraction of aiohttp's CPU per request)
-    for ``http://`` URLs without a ``max_connections`` cap, aiohttp otherwise (TLS). ``aiohttp``: always."""
-    keepalive_timeout: float = Field(default=60.0, gt=0)
-    """Seconds an idle pooled connection is kept for reuse. Longer than a model call: with thousands of
-    rollouts in flight the pool hands out its oldest idle connection, and one dropped at aiohttp's default
-    (15 s) costs a new TCP connection on both sides. A server that closes sooner is noticed, not an error."""
-    sampling: dict[str, Any] = Field(default_factory=dict)
-    """Default sampling parameters (temperature, top_p, max_tokens, seed, stop, ...); per-call ones win."""
-    tool_choice: str | dict[str, Any] | None = None
-    """Sent with requests that carry tools ("auto", "required", or a named function)."""
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    """Merged into every request body last (engine-specific fields, e.g. ``chat_template_kwargs``)."""
-    extra_headers: dict[str, str] = Field(default_factory=dict)
-    """Added to every request."""
-    return_token_ids: bool = False
-    """Ask vLLM for ``prompt_token_ids`` and per-choice ``token_ids`` (``"return_token_ids": true``)."""
-    logprobs: bool = False
-    """Ask for the sampled tokens' logprobs (``choices[0].logprobs.content[i].logprob``)."""
-    send_metadata: bool = True
-    """Put the rollout identity into the body as ``metadata`` (string values). vLLM and SGLang ignore
-    it; turn it off for servers that reject unknown fields (hosted OpenAI refuses ``metadata`` unless
-    ``store`` is set). The ``X-Rollout-Id`` header is always sent."""
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 from envs.runtimes.local_runtime import LocalRuntime
 from envs.runtimes.prepared_runtime import PreparedRepoRuntime
 from envs.swe.swe_eval import LOCAL_ENV
-from envs.swe.swe_grading import SweVerifier
+from envs.swe.swe_verifier import SweVerifier
 from envs.swe.swe_mini import build
 from envs.swe.swe_reports import Grade, write_instance_report
 from rollout.records import RolloutResult, Task

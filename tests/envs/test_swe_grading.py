@@ -15,7 +15,8 @@ import pytest
 
 from envs.runtimes.local_runtime import LocalRuntime
 from envs.swe.swe_eval_script import MARK
-from envs.swe.swe_grading import APPLY_LADDER, SweVerifier, grade
+from envs.swe.swe_grading import APPLY_LADDER, grade
+from envs.swe.swe_verifier import SweVerifier
 from rollout.dataset import load_tasks
 from rollout.errors import VerifierError
 from rollout.records import RolloutResult
