@@ -107,17 +107,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import time
 
-    from cluster import live
+    from cluster import live, status
 
     try:
-        run_dir = live.find_run_dir(args.run)
+        run_dir = status.find_run_dir(args.run)
     except FileNotFoundError as exc:
         print(exc, file=sys.stderr)
         return 2
     clear = args.watch and sys.stdout.isatty()
     try:
         while True:
-            state, report = live.status_report(run_dir, stall=args.stall)
+            state, report = status.status_report(run_dir, stall=args.stall)
             print(("\x1b[H\x1b[2J" if clear else "") + report, flush=True)
             if not args.watch or state != live.RUNNING:
                 return 0
@@ -129,11 +129,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    from cluster import live
+    from cluster import status
     from rollout.run_store import RunStore
 
     try:
-        run_dir = live.find_run_dir(args.run)
+        run_dir = status.find_run_dir(args.run)
     except FileNotFoundError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from pydantic import Field
 from envs.swe.pytest_log import FAILED, FAILING, PASSING
 from rollout.errors import ConfigError
 from rollout.paths import under
+from rollout.run_files import write_bytes
 from rollout.records import Record
 
 KEY_INSTANCE_ID, KEY_MODEL, KEY_PREDICTION = "instance_id", "model_name_or_path", "model_patch"
@@ -242,11 +241,4 @@ def write_run_report(root: str | Path, model: str, run_id: str, summary: Mapping
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_bytes(path, text.encode("utf-8"))

@@ -1,0 +1,123 @@
+"""``rollout status``: find a run's directory, and report its progress, its in-flight rollouts (stalled ones
+flagged) from the live view, or once it is over the counts in results.jsonl."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster.live import RUNNING, STALE, format_age, live_condition, read_live
+
+
+STALL_SECONDS = 60.0
+"""``rollout status`` flags an in-flight rollout as stalled after this long without progress."""
+
+
+def find_run_dir(run: str | Path) -> Path:
+    """A run directory, given as a path, or as a run id / output dir under ``$ROLLOUT_HOME``."""
+    path = Path(run).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    from cluster.run_home import rollout_home
+
+    home = rollout_home()
+    if (home / str(run)).is_dir():
+        return home / str(run)
+    if home.is_dir():  # output.dir may differ from the run id: the live view names its run
+        for candidate in sorted(home.iterdir()):
+            try:
+                if candidate.is_dir() and read_live(candidate).get("run_id") == str(run):
+                    return candidate
+            except (OSError, ValueError):
+                continue
+    raise FileNotFoundError(f"no run directory {str(run)!r}, nor a run with that id under {home}")
+
+
+def status_report(run_dir: str | Path, stall: float = STALL_SECONDS, now: float | None = None) -> tuple[str, str]:
+    """The run's state (``live_condition``; ``unknown`` without a live view) and what ``rollout status`` prints:
+    its progress, and either its in-flight rollouts (those without progress for ``stall`` seconds flagged
+    STALLED) or, once it is over, the counts in results.jsonl."""
+    from rollout.summary import format_progress
+
+    run_dir = Path(run_dir)
+    now = time.time() if now is None else now
+    try:
+        doc = read_live(run_dir)
+    except FileNotFoundError:
+        return "unknown", "\n".join([
+            f"run {run_dir.name}: no live view (not started yet, or run by an older version)",
+            f"run directory: {run_dir}", results_report(run_dir)])
+    state, why = live_condition(doc, now)
+    lines = [f"run {doc.get('run_id', run_dir.name)}: {state.upper()} ({why})", f"run directory: {run_dir}"]
+    if state == STALE:
+        lines.append("it is not running any more: re-run the same command to resume it")
+    rows = doc.get("in_flight") or []
+    in_flight = len(rows) + int(doc.get("queued") or 0) if state == RUNNING else None
+    lines.append("progress: " + format_progress(doc, in_flight))
+    if state != RUNNING:
+        if state == STALE and rows:
+            lines.append(f"{len(rows)} rollout(s) were in flight at the last update")
+        lines.append(results_report(run_dir))
+        return state, "\n".join(lines)
+    stalled = [r for r in rows if r.get("last_progress") and now - r["last_progress"] >= stall]
+    head = f"in flight: {len(rows)}"
+    if doc.get("queued"):
+        head += f" (+{doc['queued']} waiting for a worker slot)"
+    if stalled:
+        head += f"; {len(stalled)} STALLED (no progress for {stall:g}s or more)"
+    lines.append(head)
+    if rows:
+        lines.append(in_flight_table(rows, stall, now))
+    return state, "\n".join(lines)
+
+
+def in_flight_table(rows: list[dict[str, Any]], stall: float, now: float) -> str:
+    header = ("TASK", "SAMPLE", "TRY", "STEP", "ELAPSED", "IDLE", "NODE", "LAST COMMAND", "")
+    table = [header]
+    for r in rows:
+        idle = now - r["last_progress"] if r.get("last_progress") else None
+        table.append((
+            str(r.get("task_id", ""))[:40], str(r.get("sample_index", "")), str(r.get("attempt", "")),
+            str(r.get("step", "")),
+            format_age(now - r["started"]) if r.get("started") else "-",
+            format_age(idle) if idle is not None else "-",
+            (r.get("node_id") or "")[:8] or "local",
+            shorten(r.get("last_command")),
+            "STALLED" if idle is not None and idle >= stall else "",
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return "\n".join("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
+
+
+def shorten(command: str | None, limit: int = 48) -> str:
+    if not command:
+        return "-"
+    flat = " ".join(str(command).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def results_report(run_dir: str | Path) -> str:
+    """The summary counts of the run's results.jsonl so far (a torn last line, mid-append, is skipped)."""
+    from rollout.run_store import StoredResult
+    from rollout.summary import format_table, summarize
+
+    path = Path(run_dir) / "results.jsonl"
+    results = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return "results: none yet"
+    for line in text.splitlines():
+        try:
+            results.append(StoredResult.model_validate_json(line))
+        except ValueError:
+            continue
+    samples = 1
+    try:
+        samples = int(json.loads((Path(run_dir) / "config.json").read_text())["run"]["samples"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    summary = summarize(results, k_values=(1, samples) if samples > 1 else (1,))
+    return "results (results.jsonl):\n" + "\n".join("  " + line for line in format_table(summary).splitlines())
