@@ -72,7 +72,8 @@ class TextActionAgent(LoopAgent):
 
     def on_no_actions(self, message: Message) -> TaskOutcome:
         answer = self._answer(message)
-        return NaturalCompletion("the reply holds no action", submission=message_text(message) if answer is None else answer)
+        submission = message_text(message) if answer is None else answer
+        return NaturalCompletion("the reply holds no action", submission=submission)
 
     def observe(self, observations: list[Observation]) -> list[Message]:
         return [{"role": "user", "content": f"{self.config.observation_prefix}{o.content}"} for o in observations]

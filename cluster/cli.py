@@ -22,7 +22,8 @@ EXIT_INFRA_FAILED = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollout", description="Run LLM-agent rollouts and write resumable run directories.")
+    parser = argparse.ArgumentParser(prog="rollout",
+                                     description="Run LLM-agent rollouts and write resumable run directories.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a dataset through an agent; re-running resumes")

@@ -142,7 +142,8 @@ class Composer:
             if extra is None:
                 return base
             # a different type replaces the section; the same type overrides its keys
-            return extra if base is None or extra.get("type", base.get("type")) != base.get("type") else deep_merge(base, extra)
+            replaces = base is None or extra.get("type", base.get("type")) != base.get("type")
+            return extra if replaces else deep_merge(base, extra)
 
         agent = component(AGENTS, section("agent"), prefix + "agent")
         agent_obj = build(agent)

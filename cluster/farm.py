@@ -58,7 +58,8 @@ class RolloutFarm:
         self.address, self.num_cpus, self.resources = address, num_cpus, resources
         self.concurrency, self.max_attempts, self.seed = concurrency, max_attempts, seed
         self.deadline_per_attempt = deadline_per_attempt
-        self.group_policy = group_policy if isinstance(group_policy, GroupPolicy) else GroupPolicy(**(group_policy or {}))
+        self.group_policy = (group_policy if isinstance(group_policy, GroupPolicy)
+                             else GroupPolicy(**(group_policy or {})))
         self.token_budget, self.tokens_used = token_budget, 0
         self.engines, self.name, self.out = tuple(engines), name, out
         self._on_start, self._on_close = on_start, on_close
@@ -70,7 +71,8 @@ class RolloutFarm:
     # ---- construction --------------------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, config: str | Path | dict | list, overrides: Sequence[str] = (), **options: Any) -> "RolloutFarm":
+    def from_config(cls, config: str | Path | dict | list, overrides: Sequence[str] = (),
+                    **options: Any) -> "RolloutFarm":
         """A farm from a run config (files merged in order, or a dict); ``dataset`` is not needed.
         ``farm``, ``run`` and ``fake_server`` sections apply; keyword options override them."""
         from cluster.backends import farm_settings
@@ -235,7 +237,8 @@ class RolloutFarm:
 
         async def produce() -> None:
             try:
-                policy, self.group_policy = self.group_policy, self.group_policy.model_copy(update={"on_failure": "mask"})
+                masked = self.group_policy.model_copy(update={"on_failure": "mask"})
+                policy, self.group_policy = self.group_policy, masked
                 try:
                     await self.agenerate(tasks, n, deadline=deadline, seed=seed, on_result=push)
                 finally:

@@ -40,7 +40,8 @@ def write_swe_outputs(store: RunStore, run_id: str, model: str) -> dict[str, Any
         if result.sample_index != 0:
             continue
         grade = {k: v for k, v in result.reward_details.items() if k in GRADE_FIELDS}
-        write_instance_report(store.run_dir, run_id, model, result.task_id, grade, result.reward_details.get("model_patch"))
+        write_instance_report(store.run_dir, run_id, model, result.task_id, grade,
+                              result.reward_details.get("model_patch"))
         grades[result.task_id] = grade
     ids = sorted({r.task_id for r in latest + failed})
     summary = run_summary(ids, preds_by_sample.get(0, {}), grades)

@@ -31,7 +31,8 @@ class CheckCommandVerifier:
         passed = out.returncode == 0 and not out.timed_out
         return Reward(
             value=1.0 if passed else 0.0,
-            details={"check": check, "returncode": out.returncode, "timed_out": out.timed_out, "output": out.output[-2000:]},
+            details={"check": check, "returncode": out.returncode, "timed_out": out.timed_out,
+                     "output": out.output[-2000:]},
         )
 
 

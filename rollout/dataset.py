@@ -122,7 +122,8 @@ def parse_slice(text: str) -> slice:
     """``"0:10"``, ``":5"``, ``"10:"``, ``"::2"`` → slice. A bare number is refused (index or count?)."""
     parts = str(text).split(":")
     if len(parts) not in (2, 3):
-        raise ConfigError(f"slice {text!r} is not start:stop[:step] (use ':{text}' for the first {text})", "dataset.slice")
+        raise ConfigError(f"slice {text!r} is not start:stop[:step] (use ':{text}' for the first {text})",
+                          "dataset.slice")
     try:
         bounds = [int(p) if p.strip() else None for p in parts]
     except ValueError:

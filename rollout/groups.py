@@ -87,7 +87,8 @@ def apply_policy(groups: list[Group], policy: GroupPolicy) -> list[Group]:
             g.dropped, g.drop_reason = True, f"{len(g.failed)} of {len(g.results)} members failed"
         elif g.success_fraction < policy.min_success_fraction:
             g.dropped = True
-            g.drop_reason = f"success fraction {g.success_fraction:.2f} < min_success_fraction {policy.min_success_fraction}"
+            g.drop_reason = (f"success fraction {g.success_fraction:.2f} < min_success_fraction "
+                             f"{policy.min_success_fraction}")
     return groups
 
 

@@ -110,7 +110,8 @@ def format_table(summary: dict[str, Any]) -> str:
     rows.append(("steps mean", _num(summary["steps_mean"], 1)))
     rows.append(("tokens", f"{summary['tokens']['total']}"))
     if summary.get("rollouts_per_second"):
-        rows.append(("throughput", f"{summary['rollouts_per_second']:.2f} rollouts/s over {summary['wall_seconds']:.0f}s"))
+        rate = f"{summary['rollouts_per_second']:.2f} rollouts/s over {summary['wall_seconds']:.0f}s"
+        rows.append(("throughput", rate))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

@@ -5,21 +5,21 @@ scheduler sees (attempts, slots in use, rollouts waiting for a slot, workers los
 exports them on each node's metrics port in Prometheus format with a ``ray_`` prefix (counters also get
 ``_total``), labelled with ``run`` plus Ray's own ``NodeAddress``/``WorkerId``/``SessionName``.
 
-| name (as exported)                                  | kind      | tags                     | what                                   |
-|-----------------------------------------------------|-----------|--------------------------|----------------------------------------|
-| ray_rollout_farm_rollouts_started_total             | counter   | run                      | attempts that started on a worker      |
-| ray_rollout_farm_rollouts_finished_total            | counter   | run, status, exit_reason | attempts that finished                 |
-| ray_rollout_farm_rollouts_in_flight                 | gauge     | run                      | attempts running (scheduler's count)   |
-| ray_rollout_farm_queue_depth                        | gauge     | run                      | rollouts not started yet (queued)      |
-| ray_rollout_farm_attempts_total                     | counter   | run, status, exit_reason | attempts as the scheduler saw them end |
-| ray_rollout_farm_workers_lost_total                 | counter   | run                      | worker actors that died                |
-| ray_rollout_farm_step_seconds                       | histogram | run                      | one turn: model call + actions         |
-| ray_rollout_farm_model_seconds                      | histogram | run                      | one model call                         |
-| ray_rollout_farm_command_seconds                    | histogram | run                      | one action / shell command             |
-| ray_rollout_farm_container_start_seconds            | histogram | run                      | environment reset (container start)    |
-| ray_rollout_farm_grading_seconds                    | histogram | run                      | the verifier (SWE grading)             |
-| ray_rollout_farm_tokens_total                       | counter   | run, kind                | prompt / completion tokens             |
-| ray_rollout_farm_reward_total                       | counter   | run                      | sum of rewards (mean = it / finished)  |
+| name (as exported)                       | kind      | tags                     | what                              |
+|------------------------------------------|-----------|--------------------------|-----------------------------------|
+| ray_rollout_farm_rollouts_started_total  | counter   | run                      | attempts that started on a worker |
+| ray_rollout_farm_rollouts_finished_total | counter   | run, status, exit_reason | attempts that finished            |
+| ray_rollout_farm_rollouts_in_flight      | gauge     | run                      | attempts running (scheduler)      |
+| ray_rollout_farm_queue_depth             | gauge     | run                      | rollouts not started yet (queued) |
+| ray_rollout_farm_attempts_total          | counter   | run, status, exit_reason | attempts the scheduler saw end    |
+| ray_rollout_farm_workers_lost_total      | counter   | run                      | worker actors that died           |
+| ray_rollout_farm_step_seconds            | histogram | run                      | one turn: model call + actions    |
+| ray_rollout_farm_model_seconds           | histogram | run                      | one model call                    |
+| ray_rollout_farm_command_seconds         | histogram | run                      | one action / shell command        |
+| ray_rollout_farm_container_start_seconds | histogram | run                      | reset (container start)           |
+| ray_rollout_farm_grading_seconds         | histogram | run                      | the verifier (SWE grading)        |
+| ray_rollout_farm_tokens_total            | counter   | run, kind                | prompt / completion tokens        |
+| ray_rollout_farm_reward_total            | counter   | run                      | reward sum (mean: / finished)     |
 
 Histograms export ``_bucket``, ``_sum`` and ``_count`` series. ``METRICS`` below is the source of this
 table; ``configs/grafana/rollout_farm.json`` uses only these names (a test checks it).

@@ -1,4 +1,5 @@
-"""ApptainerRuntime: one apptainer/singularity instance per rollout, driven through its CLI, a host directory bound in."""
+"""ApptainerRuntime: one apptainer/singularity instance per rollout, driven through its CLI, a host directory
+bound in."""
 
 from __future__ import annotations
 

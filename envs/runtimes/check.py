@@ -1,4 +1,5 @@
-"""check_runtime: the conformance checker every Runtime must pass (echo, exit codes, timeout, cap, stdin, files, close)."""
+"""check_runtime: the conformance checker every Runtime must pass (echo, exit codes, timeout, cap, stdin, files,
+close)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""PreparedRepoRuntime: any Runtime whose start() also checks a repository out at a base commit, with no later history."""
+"""PreparedRepoRuntime: any Runtime whose start() also checks a repository out at a base commit, with no later
+history."""
 
 from __future__ import annotations
 

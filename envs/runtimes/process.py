@@ -1,4 +1,5 @@
-"""run_capped: one host command in its own process group, output combined and capped, the whole group killed at the end."""
+"""run_capped: one host command in its own process group, output combined and capped, the whole group killed at
+the end."""
 
 from __future__ import annotations
 

@@ -140,7 +140,8 @@ class SweEnvironment:
 
         repo = task.data.get("repo_path")
         if not repo:
-            raise ValueError(f"task {task.task_id} has no repo_path: a runtime without images cannot get its repository")
+            raise ValueError(f"task {task.task_id} has no repo_path: a runtime without images cannot get its "
+                             "repository")
         return PreparedRepoRuntime(self.builder(), repo, task.data["base_commit"], "testbed")
 
     def repo_dir_for(self, task: Task) -> str:
@@ -176,7 +177,8 @@ class SweEnvironment:
             return submission, "submission"
         if self.config.fallback_patch == "diff" and self.shell is not None and self.task is not None:
             base = self.task.data["base_commit"]
-            out = await self.runtime.exec(f"git add -A && git diff --cached --binary {shlex.quote(base)} --", cwd=self.repo_dir,
+            diff = f"git add -A && git diff --cached --binary {shlex.quote(base)} --"
+            out = await self.runtime.exec(diff, cwd=self.repo_dir,
                                           timeout=120)
             if out.returncode == 0 and out.output.strip():
                 return out.output, "diff"

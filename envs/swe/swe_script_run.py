@@ -31,7 +31,8 @@ class ScriptRun:
         if step is None or step.returncode is None:
             raise self.stopped(f"before its step {name!r} ended")
         if step.stopped(limit):
-            raise VerifierError(f"instance {self.ident}: step {name!r} took more than {limit:g}s in the grading runtime")
+            raise VerifierError(f"instance {self.ident}: step {name!r} took more than {limit:g}s in the grading "
+                                "runtime")
         if step.returncode in (124, 137) or (step.returncode != 0 and not failing_ok):
             raise VerifierError(f"instance {self.ident}: grading step {name!r} failed (exit code {step.returncode}):"
                                 f"\n{step.output[-2000:]}")
