@@ -4,8 +4,8 @@ bound in."""
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
+import functools
 import os
 import posixpath
 import re
@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from envs.runtimes import containers
 from envs.runtimes.apptainer_argv import exec_argv, start_argv, stop_argv  # noqa: F401 - re-exported
 from envs.runtimes.host_files import read_host_file, write_host_file
 from envs.images.apptainer_images import ensure_sif, find_binary
@@ -69,8 +70,8 @@ class ApptainerRuntime:
         except OSError as exc:
             raise ContainerStartError(f"cannot create a workspace: {exc}") from exc
         self.binary, self.workspace = binary, workspace
-        _live[self.name] = (binary, workspace if not self.config.keep_workspace else None)
-        _stop_leftovers_at_exit()
+        containers.track_other(self.name, functools.partial(
+            _stop_instance, binary, self.name, workspace if not self.config.keep_workspace else None))
         ran = await run_capped(
             start_argv(self.config, sif, self.name, workspace, binary),
             timeout=self.config.start_timeout,
@@ -152,7 +153,7 @@ class ApptainerRuntime:
     async def _teardown(self) -> None:
         with contextlib.suppress(RuntimeFailure):
             await run_capped(stop_argv(self.binary, self.name), timeout=60.0, max_output_bytes=_CONTROL_CAP)
-        _live.pop(self.name, None)
+        containers.untrack_other(self.name)
         if self.workspace is not None and not self.config.keep_workspace:
             await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
 
@@ -178,23 +179,9 @@ class ApptainerRuntime:
         )
 
 
-_live: dict[str, tuple[str, str | None]] = {}
-"""Instances started and not yet stopped: name -> (binary, host directory to remove)."""
-_atexit_installed = False
-
-
-def _stop_leftovers_at_exit() -> None:
-    """Installed on the first start, never at import: stops what a crash or a missed close() left running."""
-    global _atexit_installed
-    if not _atexit_installed:
-        _atexit_installed = True
-        atexit.register(_stop_leftovers)
-
-
-def _stop_leftovers() -> None:
-    for name, (binary, workspace) in list(_live.items()):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(stop_argv(binary, name), check=False, capture_output=True, timeout=30)
-        if workspace:
-            shutil.rmtree(workspace, ignore_errors=True)
-        _live.pop(name, None)
+def _stop_instance(binary: str, name: str, workspace: str | None) -> None:
+    """Stop an instance a crash or a missed close() left running, and remove its host directory (at exit)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(stop_argv(binary, name), check=False, capture_output=True, timeout=30)
+    if workspace:
+        shutil.rmtree(workspace, ignore_errors=True)

@@ -10,7 +10,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from envs.runtimes import engines
 from rollout.errors import ConfigError
@@ -34,6 +34,9 @@ _EXIT_REMOVE_WAIT = 20.0
 # container id -> (engine, base_url, name). Plain dict operations, atomic under the GIL: no lock, so the
 # SIGTERM handler can never deadlock on one the interrupted code holds.
 _live: dict[str, tuple[str, str | None, str]] = {}
+_others: dict[str, Callable[[], None]] = {}
+"""What else this process started and must stop at exit or on SIGTERM (apptainer instances): key -> a blocking
+stop."""
 _atexit_installed = False
 _sigterm_installed = False
 _previous_sigterm: Any = None
@@ -58,6 +61,16 @@ def untrack(container_id: str) -> None:
     _live.pop(container_id, None)
 
 
+def track_other(key: str, stop: Callable[[], None]) -> None:
+    """Stop something else (an apptainer instance) at interpreter exit or on SIGTERM unless ``untrack_other``ed."""
+    install_hooks()
+    _others[key] = stop
+
+
+def untrack_other(key: str) -> None:
+    _others.pop(key, None)
+
+
 def tracked() -> list[str]:
     """Names of the containers this process has started and not closed."""
     return [name for _, _, name in list(_live.values())]
@@ -69,7 +82,9 @@ def remove_tracked() -> list[str]:
     so it uses fresh clients from new threads and gives up after a bound."""
     entries = list(_live.items())
     _live.clear()
-    if not entries:
+    others = list(_others.values())
+    _others.clear()
+    if not entries and not others:
         return []
     versions = {(e, u): c.api.api_version for e, u, c in engines.cached_clients()}
 
@@ -80,14 +95,21 @@ def remove_tracked() -> list[str]:
         except Exception:  # noqa: BLE001 - already gone, or the engine is down: the TTL reaps it
             pass
 
+    def stop(item: Callable[[], None]) -> None:
+        try:
+            item()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
     # Plain threads, not an executor: at interpreter exit, executors refuse new work.
-    threads = [threading.Thread(target=remove, args=(item,), daemon=True) for item in entries]
+    jobs = [(remove, (item,)) for item in entries] + [(stop, (other,)) for other in others]
+    threads = [threading.Thread(target=fn, args=args, daemon=True) for fn, args in jobs]
     deadline = time.monotonic() + _EXIT_REMOVE_WAIT
-    for thread in threads:
+    for thread, (fn, args) in zip(threads, jobs):
         try:
             thread.start()
         except RuntimeError:  # no new threads this late in shutdown: do it here
-            remove(entries[threads.index(thread)])
+            fn(*args)
     for thread in threads:
         if thread.ident is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
