@@ -25,22 +25,13 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 
-from cluster.driver import Driver
+from cluster.farm_batch import MemberBatch
 from cluster.local_backend import InProcessBackend
 from cluster.loop_thread import LoopThread
-from cluster.workers.worker import ConfigSource, ObjectSource
-from rollout.errors import ConfigError, DeadlineExceeded
+from cluster.workers.worker import ObjectSource
+from rollout.errors import ConfigError
 from rollout.groups import Batch, GroupPolicy, apply_policy, group_results
 from rollout.records import RolloutResult, Task
-from rollout.resume import Plan, Planned
-from rollout.runner import failure_result
-
-
-class _MemoryStore:
-    """The driver's store for trainer calls: results stay in memory (the caller gets them)."""
-
-    def append(self, result: RolloutResult, trajectory: bool = True) -> RolloutResult:
-        return result
 
 
 class RolloutFarm:
@@ -68,32 +59,15 @@ class RolloutFarm:
         self._loop_thread = LoopThread(f"rollout-farm-{name}")
         self._closed = False
 
-    # ---- construction --------------------------------------------------------------------------
-
     @classmethod
     def from_config(cls, config: str | Path | dict | list, overrides: Sequence[str] = (),
                     **options: Any) -> "RolloutFarm":
         """A farm from a run config (files merged in order, or a dict); ``dataset`` is not needed.
         ``farm``, ``run`` and ``fake_server`` sections apply; keyword options override them."""
-        from cluster.backends import farm_settings
-        from cluster.compose import Composer
-        from cluster.demo_server import DemoServer, joins_cluster
-        from cluster.host_checks import resolve_auto_runtimes
-        from cluster.run_config import RunConfig
-        from rollout.config import load_config, validate
+        from cluster.farm_batch import from_run_config
 
-        if isinstance(config, dict):
-            raw = dict(config)
-        else:
-            paths = [str(config)] if isinstance(config, (str, Path)) else [str(p) for p in config]
-            raw = load_config(paths, list(overrides))
-        raw.setdefault("dataset", {"path": "-"})
-        resolve_auto_runtimes(raw)
-        run_config = validate(RunConfig, raw)
-        composer = Composer(run_config)
-        source = ConfigSource(composer)
-        server = DemoServer(run_config.fake_server, source, remote=joins_cluster(run_config.farm))
-        settings = {**farm_settings(run_config, composer), **options}
+        source, server, settings = from_run_config(config, overrides)
+        settings = {**settings, **options}
         return cls(source, on_start=server.start, on_close=server.stop, **settings)
 
     @classmethod
@@ -103,8 +77,6 @@ class RolloutFarm:
         ``verifier_factory(task, env)`` its verifier (default: the environment's own ``verify``). With the ray
         backend they are pickled to the workers (module-level functions and classes pickle by reference)."""
         return cls(ObjectSource(model, agent, env_factory, verifier_factory, limits), **options)
-
-    # ---- the event-loop thread -----------------------------------------------------------------
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         if self._closed:
@@ -136,8 +108,6 @@ class RolloutFarm:
                              engines=self.engines, name=f"rollout-worker:{self.name}", out=self.out)
         return await backend.start()
 
-    # ---- rollouts ------------------------------------------------------------------------------
-
     def generate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
                  seed: int | None = None) -> Batch:
         """Run ``n`` samples of every task; return them grouped (see ``rollout.groups.Batch``).
@@ -156,7 +126,7 @@ class RolloutFarm:
         base_seed = self.seed + 1000 * call if seed is None else seed
         run_id = f"{self.name}-{call}"
         t0 = time.perf_counter()
-        results, not_started = await self._run_members(tasks, list(range(n)), run_id, base_seed, deadline, on_result)
+        results, not_started = await self._members(tasks, list(range(n)), run_id, base_seed, deadline, on_result)
         by_key = {(r.task_id, r.sample_index): r for r in results}
         if self.group_policy.on_failure == "retry":
             for _ in range(self.group_policy.max_group_retries):
@@ -181,22 +151,14 @@ class RolloutFarm:
         by_id = {t.task_id: t for t in tasks}
         out = []
         for r in failed:
-            again, _ = await self._run_members([by_id[r.task_id]], [r.sample_index], run_id, base_seed, deadline,
+            again, _ = await self._members([by_id[r.task_id]], [r.sample_index], run_id, base_seed, deadline,
                                                on_result, first_attempt=r.attempt + 1, history=r.attempts)
             out.extend(again)
         return out
 
-    async def _run_members(self, tasks: list[Task], samples: list[int], run_id: str, base_seed: int,
-                           deadline: float | None, on_result: Any, first_attempt: int = 1,
-                           history: list | None = None) -> tuple[list[RolloutResult], list[tuple[str, int]]]:
-        plan = Plan(first_attempt - 1 + self.max_attempts,
-                    todo=[Planned(t, s, first_attempt) for t in tasks for s in samples])
-        if history:
-            plan.history = {(t.task_id, s): list(history) for t in tasks for s in samples}
-
-        def budget_spent() -> bool:
-            return self.token_budget is not None and self.tokens_used >= self.token_budget
-
+    async def _members(self, tasks: list[Task], samples: list[int], run_id: str, base_seed: int,
+                       deadline: float | None, on_result: Any, first_attempt: int = 1,
+                       history: list | None = None) -> tuple[list[RolloutResult], list[tuple[str, int]]]:
         async def count(result: RolloutResult) -> None:
             self.tokens_used += result.usage.total_tokens
             if on_result is not None:
@@ -204,25 +166,10 @@ class RolloutFarm:
                 if asyncio.iscoroutine(maybe):
                     await maybe
 
-        driver = Driver(self._backend, _MemoryStore(), plan, run_id=run_id, concurrency=self.concurrency,
-                        base_seed=base_seed, progress_interval=None, write_trajectories=False, out=self.out,
-                        on_result=count, stop_when=budget_spent)
-        try:
-            await asyncio.wait_for(driver.run(), deadline)
-        except asyncio.TimeoutError:
-            pass
-        finished = {(r.task_id, r.sample_index) for r in driver.finished}
-        results = list(driver.finished)
-        never = {(t.task_id, s) for t, s, _ in driver.not_started}
-        for p in plan.todo:
-            key = (p.task.task_id, p.sample_index)
-            if key in finished or key in never:
-                continue
-            meta = _meta(run_id, p.task, p.sample_index, p.attempt, base_seed)
-            cut = failure_result(p.task, meta, DeadlineExceeded(f"the batch deadline of {deadline:g}s passed"))
-            results.append(cut)
-            await count(cut)
-        return results, sorted(never)
+        batch = MemberBatch(self._backend, concurrency=self.concurrency, max_attempts=self.max_attempts,
+                            out=self.out, budget_spent=lambda: self.token_budget is not None
+                            and self.tokens_used >= self.token_budget)
+        return await batch.run(tasks, samples, run_id, base_seed, deadline, count, first_attempt, history)
 
     async def stream(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
                      seed: int | None = None) -> AsyncIterator[RolloutResult]:
@@ -253,8 +200,6 @@ class RolloutFarm:
                 break
             yield item
         await asyncio.wrap_future(future)
-
-    # ---- control ------------------------------------------------------------------------------
 
     def set_policy_version(self, version: str | int | None) -> None:
         """Every model call that starts after this records ``version`` on its turn (``Step.policy_version``)."""
@@ -298,10 +243,3 @@ class RolloutFarm:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _meta(run_id: str, task: Task, sample: int, attempt: int, base_seed: int) -> Any:
-    from cluster.driver import rollout_meta
-
-    return rollout_meta(run_id, task, sample, attempt, base_seed)
-

@@ -1,17 +1,12 @@
 """The Ray backend: async worker actors on every node, a slot count per node, and the faults a farm meets.
 
-Scheduling is ours, not ``ray.util.ActorPool``'s (one call per actor at a time, stuck behind one bad
-actor): each node has ``capacity`` slots derived from what a rollout takes (cpus, memory) against what
-the node has, split among the node's workers (``Resources.workers``: more than one only past a thousand
-slots), and ``execute`` waits for a free slot on the least loaded worker, then hands the rollout to that
-worker's ``Channel`` (batched submission, results by long-poll; never ``ray.get`` in async code). So no
-node runs more containers than it can hold and every node is used.
-
-Faults: a worker actor or node that dies fails its in-flight attempts as ``worker_died`` (the driver
-runs them again), a replacement worker starts on the node if the node is still there, and containers
-the dead worker owned are removed by label. An attempt that outlives the host-side ``deadline`` is
-cancelled, its containers removed, and it fails as ``deadline_exceeded``. Nodes that join the cluster
-while a run goes on get a worker too.
+Scheduling is ours, not ``ray.util.ActorPool``'s: each node has ``capacity`` slots (what a rollout takes against
+what the node has, split among its workers), and ``execute`` waits for a free slot on the least loaded worker,
+then hands the rollout to that worker's ``Channel`` (batched; never ``ray.get`` in async code). So no node runs
+more containers than it can hold and every node is used. Faults: a dead worker or node fails its in-flight
+attempts as ``worker_died`` (the driver runs them again), a replacement starts if the node is still there, and
+the dead worker's containers are removed by label; an attempt past the host-side ``deadline`` is cancelled,
+its containers removed, and fails as ``deadline_exceeded``; nodes that join get a worker too.
 """
 
 from __future__ import annotations
@@ -23,14 +18,13 @@ from typing import Any, TextIO
 
 import ray
 from ray.exceptions import RayActorError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.workers.channel import Channel, WorkerGone, as_future, first_line, retrieve
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
 from cluster.seam import Backend
-from cluster.workers.slots import Node, Resources
+from cluster.workers.slots import Node, Resources, describe_nodes
 from cluster.workers.wire import decode_result
-from cluster.workers.worker import RolloutWorker
+from cluster.workers.worker_actor import spawn_worker
 from rollout.errors import DeadlineExceeded, WorkerDied
 from rollout.events import Observer
 from rollout.records import RequestMeta, RolloutResult, Task
@@ -42,16 +36,6 @@ WORKER_START_TIMEOUT = 120.0
 """Seconds a new worker actor may take to answer its first call."""
 CANCEL_GRACE = 30.0
 """Seconds a cancelled attempt may take to close its runtime before its containers are removed by label."""
-
-_WorkerActor = None
-
-
-def worker_actor_class() -> Any:
-    global _WorkerActor
-    if _WorkerActor is None:
-        _WorkerActor = ray.remote(RolloutWorker)
-    return _WorkerActor
-
 
 class RayBackend(Backend):
     """``Backend`` for the driver: ``execute(task, meta, observers)`` on the least loaded node's worker."""
@@ -66,8 +50,7 @@ class RayBackend(Backend):
         """One entry per worker: (node id, index among the node's workers)."""
         self._changed: asyncio.Condition | None = None
         self._refresher: asyncio.Task | None = None
-        self.workers_lost = 0
-        self.deadlines_hit = 0
+        self.workers_lost = self.deadlines_hit = 0
         self.waiting = 0
         """Rollouts admitted by the driver's window that wait for a node slot."""
         self.not_started = 0
@@ -76,8 +59,6 @@ class RayBackend(Backend):
         from cluster.workers.metrics import FarmMetrics
 
         self.metrics = FarmMetrics(run_id)
-
-    # ---- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> "RayBackend":
         self._changed = asyncio.Condition()
@@ -108,13 +89,7 @@ class RayBackend(Backend):
         await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
 
     def describe(self) -> str:
-        per_node: dict[str, list[int]] = {}
-        for n in self.nodes.values():
-            if n.alive:
-                per_node.setdefault(n.node_id, []).append(n.capacity)
-        parts = [f"{node_id[:8]}x{sum(slots)}" + (f" ({len(slots)} workers)" if len(slots) > 1 else "")
-                 for node_id, slots in per_node.items()]
-        return f"{len(parts)} node(s), slots per node: {', '.join(parts)}"
+        return describe_nodes(self.nodes.values())
 
     def workers(self) -> list[Any]:
         """Handles of the live worker actors."""
@@ -129,8 +104,6 @@ class RayBackend(Backend):
     async def live(self) -> list[dict[str, Any]]:
         """The in-flight rollouts of every live worker (``RolloutWorker.live`` rows)."""
         return [row for rows in await self.broadcast("live") for row in rows]
-
-    # ---- execution -----------------------------------------------------------------------------
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         node = await self._acquire()
@@ -205,8 +178,6 @@ class RayBackend(Backend):
         async with self._changed:
             self._changed.notify_all()
 
-    # ---- nodes and workers ---------------------------------------------------------------------
-
     async def _refresh_loop(self) -> None:
         while True:
             await asyncio.sleep(NODE_REFRESH_INTERVAL)
@@ -242,16 +213,8 @@ class RayBackend(Backend):
         generation = node.generation
 
         async def start() -> None:
-            actor = worker_actor_class().options(
-                name=f"{self.name}:{self.run_id}:{node.node_id[:8]}:{node.index}:{generation}",
-                num_cpus=0,  # slots are counted here, per node; the actor itself only waits on I/O
-                max_concurrency=100_000,
-                max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-                # Plain asyncio, not uvloop: uvloop forks the whole worker per subprocess (19 ms vs 2.7 ms a spawn
-                # at a 150 MB heap, bench_farm (b)); the job's runtime env is inherited, env vars merged.
-                runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0"}},
-            ).remote(self.source_ref, node_id=node.node_id, run_dir=self.run_dir, metrics_run=self.run_id)
+            actor = spawn_worker(self.source_ref, node.node_id, f"{self.name}:{self.run_id}:{node.node_id[:8]}:"
+                                 f"{node.index}:{generation}", run_dir=self.run_dir, run_id=self.run_id)
             try:
                 info = await asyncio.wait_for(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 
 SLOTS_PER_WORKER = 1000
@@ -76,3 +76,14 @@ def parse_memory(text: str | None) -> int | None:
     factor = units.get(text[-1], 1)
     number = text[:-1] if text[-1] in units else text
     return int(math.ceil(float(number) * factor))
+
+
+def describe_nodes(nodes: Iterable[Node]) -> str:
+    """``2 node(s), slots per node: 1a2b3c4dx8, 5e6f7a8bx8 (2 workers)``."""
+    per_node: dict[str, list[int]] = {}
+    for n in nodes:
+        if n.alive:
+            per_node.setdefault(n.node_id, []).append(n.capacity)
+    parts = [f"{node_id[:8]}x{sum(slots)}" + (f" ({len(slots)} workers)" if len(slots) > 1 else "")
+             for node_id, slots in per_node.items()]
+    return f"{len(parts)} node(s), slots per node: {', '.join(parts)}"

@@ -1,0 +1,33 @@
+"""The worker actor: ``RolloutWorker`` as a Ray actor, pinned to one node, started for a backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from cluster.workers.worker import RolloutWorker
+
+_WorkerActor = None
+
+
+def worker_actor_class() -> Any:
+    global _WorkerActor
+    if _WorkerActor is None:
+        _WorkerActor = ray.remote(RolloutWorker)
+    return _WorkerActor
+
+
+def spawn_worker(source_ref: Any, node_id: str, name: str, *, run_dir: str | None, run_id: str) -> Any:
+    """A new worker actor on ``node_id`` (its handle; call ``info`` to know it started)."""
+    return worker_actor_class().options(
+        name=name,
+        num_cpus=0,  # slots are counted by the backend, per node; the actor itself only waits on I/O
+        max_concurrency=100_000,
+        max_restarts=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        # Plain asyncio, not uvloop: uvloop forks the whole worker per subprocess (19 ms vs 2.7 ms a spawn
+        # at a 150 MB heap, bench_farm (b)); the job's runtime env is inherited, env vars merged.
+        runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0"}},
+    ).remote(source_ref, node_id=node_id, run_dir=run_dir, metrics_run=run_id)
