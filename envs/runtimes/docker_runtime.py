@@ -14,6 +14,7 @@ from envs.runtimes.docker_config import DockerRuntimeConfig
 from envs.runtimes.docker_exec import WRAPPER, ExecJob
 from envs.runtimes.docker_files import get_file, put_file
 from envs.runtimes.engines import explain, status
+from envs.runtimes.owner_watch import WITH_OWNER_LABEL, ensure_watchdog
 from rollout.config import coerce
 from rollout.errors import RuntimeFailure
 from rollout.protocols import ExecResult
@@ -148,6 +149,9 @@ class DockerRuntime:
         key = (self.engine, cfg.base_url)
         labels = {**cfg.labels, containers.RUN_LABEL: self.run_id, containers.ROLLOUT_LABEL: self.rollout_id,
                   **containers.owner_labels()}
+        if cfg.die_with_owner:  # the watchdog removes it even if the owner dies before it starts
+            labels[WITH_OWNER_LABEL] = "1"
+            ensure_watchdog(self.engine, cfg.base_url)
         ulimits = dict(cfg.ulimits if cfg.ulimits is not None else (_PODMAN_ULIMITS if self.engine == "podman" else {}))
         if cfg.max_file_size is not None:
             ulimits.setdefault("fsize", docker_start.size_bytes(cfg.max_file_size))

@@ -86,3 +86,41 @@ def test_close_still_removes_the_container_at_once(base_image):
 
     assert asyncio.run(scenario()).output == "alive\n"
     assert not container_exists("docker", rt.container_id)
+
+
+CREATOR = """
+import sys, time
+import docker
+from envs.runtimes import containers
+from envs.runtimes.owner_watch import WITH_OWNER_LABEL, ensure_watchdog
+image, run_id = sys.argv[1:3]
+ensure_watchdog("docker", None)
+api = docker.from_env().api
+ids = []
+for with_owner in (True, False):  # created, never started: the window between create and start
+    labels = {containers.RUN_LABEL: run_id, **containers.owner_labels(), **({WITH_OWNER_LABEL: "1"} if with_owner else {})}
+    ids.append(api.create_container(image, ["sleep", "600"], labels=labels)["Id"])
+print(*ids, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.docker
+def test_a_container_created_but_not_started_goes_with_its_sigkilled_owner(base_image):
+    owner = subprocess.Popen([sys.executable, "-c", CREATOR, base_image, f"dms-{uuid.uuid4().hex[:8]}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = owner.stdout.readline().split()
+    try:
+        assert len(line) == 2, owner.stderr.read()
+        doomed, kept = line
+        time.sleep(1)
+        assert container_exists("docker", doomed) and container_exists("docker", kept)
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    took = gone_within("docker", doomed, 10)
+    still = container_exists("docker", kept)
+    subprocess.run(["docker", "rm", "-f", *line], capture_output=True)
+    assert took is not None, "a created container of a die-with-owner runtime outlived its owner's SIGKILL by 10 s"
+    assert still, "a container without die_with_owner is left for `rollout gc`"
+    print(f"created, never started: gone {took:.2f}s after its owner's SIGKILL")
