@@ -105,15 +105,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _existing_run_dir(run: str):
+    """The run directory ``run`` names, or None after saying why there is none."""
+    from cluster import status
+
+    try:
+        return status.find_run_dir(run)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return None
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     import time
 
     from cluster import live, status
 
-    try:
-        run_dir = status.find_run_dir(args.run)
-    except FileNotFoundError as exc:
-        print(exc, file=sys.stderr)
+    run_dir = _existing_run_dir(args.run)
+    if run_dir is None:
         return 2
     clear = args.watch and sys.stdout.isatty()
     try:
@@ -130,13 +139,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    from cluster import status
     from rollout.run_store import RunStore
 
-    try:
-        run_dir = status.find_run_dir(args.run)
-    except FileNotFoundError as exc:
-        print(exc, file=sys.stderr)
+    run_dir = _existing_run_dir(args.run)
+    if run_dir is None:
         return 2
     with RunStore(run_dir) as store:
         done = store.repair()

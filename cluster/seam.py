@@ -3,16 +3,17 @@ Ray workers). ``execute`` is required; the others have the defaults of a backend
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 from rollout.events import Observer
 from rollout.records import RequestMeta, RolloutResult, Task
 
 
-class Backend:
+class Backend(ABC):
+    @abstractmethod
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         """One attempt of one (task, sample), as a result (failures included: it never raises for a rollout)."""
-        raise NotImplementedError
 
     async def live(self) -> list[dict[str, Any]] | None:
         """The in-flight rollouts as live.json rows; None: the driver tracks them from the rollouts' events."""
