@@ -1,5 +1,6 @@
 """The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
-``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout gc`` and ``rollout fake-server``.
+``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout gc``, ``rollout fake-server``,
+``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.serve_cli``).
 
 Exit codes of ``rollout run``: 0 every rollout has a task outcome; 2 bad config, dataset, a changed run (config
 or dataset rows), a run directory another run is writing, or a check that fails before any work (one line naming
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     images.add_argument("rest", nargs=argparse.REMAINDER, help="base [--tag T] [--force] | build DATASET [...]")
 
     sub.add_parser("eval", help="grade a predictions file against a SWE dataset (rollout eval --help)", add_help=False)
+    sub.add_parser("serve", help="deploy a config's serve section on Ray Serve; print its base URL", add_help=False)
+    sub.add_parser("models", help="rollout models tiny DIR: the tiny CPU model", add_help=False)
 
     gc = sub.add_parser("gc", help="remove containers left behind by dead runs (labelled rollout-farm.run)")
     gc.add_argument("--run", dest="run_id", default=None, help="only this run id")
@@ -171,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
         from cluster import images_cli
 
         return images_cli.main(argv[1:])
+    if argv[:1] in (["serve"], ["models"]):
+        from cluster import serve_cli
+
+        try:
+            return (serve_cli.serve_main if argv[0] == "serve" else serve_cli.models_main)(argv[1:])
+        except ConfigError as exc:
+            print(f"config error: {exc}", file=sys.stderr)
+            return 2
     if argv[:1] == ["eval"]:
         from cluster import eval_cli
 

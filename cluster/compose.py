@@ -79,14 +79,21 @@ def _accepts(factory: Callable[..., Any]) -> tuple[frozenset[str], bool]:
 
 
 def model_is_scripted(config: RunConfig) -> bool:
-    """Scripted outputs, in process or served by our own fake server: safe to run on the host."""
-    return config.model.get("type") == "scripted" or config.fake_server is not None
+    """Scripted outputs, in process or served by our own fake server or Serve app: safe to run on the host."""
+    scripted_app = config.serve is not None and config.serve.app == "scripted"
+    return config.model.get("type") == "scripted" or config.fake_server is not None or scripted_app
 
 
 class Composer:
     def __init__(self, config: RunConfig, tasks: list[Task] = ()):
         self.config = config
         self.model_component = component(MODELS, with_policy_path(config.model, "model.policy"), "model")
+        serve = config.serve
+        if serve is not None and serve.app == "scripted" and serve.router == "sticky" and hasattr(
+                self.model_component.config, "release_sessions"):
+            # The sticky router frees a rollout's replica slot when the client says the rollout ended.
+            model_config = self.model_component.config.model_copy(update={"release_sessions": True})
+            self.model_component = Component(self.model_component.cls, model_config)
         self.trusted_model = model_is_scripted(config)
         self.profiles: dict[str | None, Profile] = {None: self._profile(None)}
         for name in config.profiles:

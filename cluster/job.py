@@ -6,6 +6,7 @@ reachability, stored run) before any rollout starts; ``execute`` runs what the p
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from dataclasses import dataclass, field
@@ -61,15 +62,8 @@ def prepare(
 
         ray_available()  # before any work: a missing extra is a config problem, named as such
     run_id = config.run_id or Path(paths[0]).stem
-    dataset_path = Path(config.dataset.path).expanduser()
-    if config.dataset.path.startswith("hf://"):
-        dataset_path = config.dataset.path  # a hub dataset: no file to resolve
-    elif not dataset_path.is_absolute():
-        dataset_path = (Path(paths[0]).resolve().parent / dataset_path).resolve()
     composer = Composer(config)
-    if config.dataset.generate:
-        generate = Registry("dataset generator", {}).load(config.dataset.generate, field="dataset.generate")
-        dataset_path = Path(generate(dataset_path.parent))
+    dataset_path = dataset_file(config.dataset, paths[0])
     tasks = load_tasks(dataset_path, composer.row_check(), allow_outside_paths=config.dataset.allow_outside_paths)
     tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
     composer.bind_tasks(tasks)
@@ -88,12 +82,25 @@ def prepare(
     return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out)
 
 
+def dataset_file(dataset: Any, config_path: str) -> Path:
+    """The dataset section's file: relative to the config file, (re)generated first when it names a generator."""
+    path = Path(dataset.path).expanduser()
+    if dataset.path.startswith("hf://"):
+        return dataset.path  # a hub dataset: no file to resolve
+    if not path.is_absolute():
+        path = (Path(config_path).resolve().parent / path).resolve()
+    if dataset.generate:
+        generate = Registry("dataset generator", {}).load(dataset.generate, field="dataset.generate")
+        path = Path(generate(path.parent))
+    return path
+
+
 async def execute(job: Job) -> dict[str, Any]:
     """Run what is left of the job; write and return summary.json's content."""
     say = lambda text: print(text, file=job.out, flush=True)  # noqa: E731
     say(f"run directory: {job.run_dir}")
     say(f"plan: {job.plan.describe()}")
-    server = None
+    server = served = None
     finished: list[RolloutResult] = []
     t0 = time.perf_counter()
     try:
@@ -105,6 +112,9 @@ async def execute(job: Job) -> dict[str, Any]:
                                                  remote=joins_cluster(job.config.farm))
                 base_url = server.url
                 say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
+            elif job.config.serve is not None:
+                served = await start_served_model(job)
+                base_url = served.base_url
             backend, close_backend = await open_backend(job, base_url)
             driver = Driver(
                 backend, job.store, job.plan,
@@ -125,6 +135,8 @@ async def execute(job: Job) -> dict[str, Any]:
         await close_all()
         if server is not None:
             await server.stop()
+        if served is not None:
+            await asyncio.to_thread(served.stop)
         job.store.close_results()
     wall = time.perf_counter() - t0
     summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
@@ -141,6 +153,19 @@ async def execute(job: Job) -> dict[str, Any]:
     print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
     say(f"run directory: {job.run_dir}")
     return summary
+
+
+async def start_served_model(job: Job) -> Any:
+    """The run's ``serve`` section deployed on its Ray cluster (joined or started here first)."""
+    from cluster.serving import apps
+    from cluster.workers.ray_session import connect
+
+    section, farm = job.config.serve, job.config.farm
+    model_id = section.model_id or job.config.model.get("model") or "scripted"
+    if section.app != "endpoint":  # on this thread: Ray wants the main one; nothing else runs on the loop yet
+        connect(farm.address, num_cpus=farm.num_cpus, dashboard=farm.dashboard, out=job.out)
+    return apps.start(section, model_id, base_url=job.config.model.get("base_url"), dataset=str(job.dataset_path),
+                      out=job.out)
 
 
 def mark_live_finished(run_dir: Path) -> None:

@@ -24,6 +24,7 @@ CONNECT_TIMEOUT = 5.0
 def check(config: RunConfig, composer: Composer, tasks: list[Task]) -> None:
     """Every pre-flight check, cheapest first."""
     check_fake_server(config)
+    check_serve(config)
     check_runtime_permissions(composer, tasks)
     check_model_reachable(config, composer)
 
@@ -38,6 +39,24 @@ def check_fake_server(config: RunConfig) -> None:
 
     validate(FaultsConfig, config.fake_server.faults, prefix="fake_server.faults")
     POLICIES.load(config.fake_server.policy, field="fake_server.policy")
+
+
+def check_serve(config: RunConfig) -> None:
+    """The scripted app's policy and faults, and a vLLM app's local model directory, before anything deploys."""
+    section = config.serve
+    if section is None:
+        return
+    if section.app == "scripted":
+        from cluster.names import POLICIES
+        from rollout.models.fake_server import FaultsConfig
+
+        validate(FaultsConfig, section.faults, prefix="serve.faults")
+        POLICIES.load(section.policy, field="serve.policy")
+    source = section.model_source
+    if section.app == "vllm" and source and (source.startswith(("/", ".", "~"))) and not os.path.isdir(
+            os.path.expanduser(source)):
+        raise ConfigError(f"no model directory at {source} (make one with `rollout models tiny DIR`)",
+                          "serve.model_source")
 
 
 def check_runtime_permissions(composer: Composer, tasks: list[Task]) -> None:
@@ -65,6 +84,8 @@ def check_model_reachable(config: RunConfig, composer: Composer) -> None:
     address = config.farm.address or os.environ.get("RAY_ADDRESS") or ""
     if config.fake_server is not None or (config.farm.backend == "ray" and address.startswith("ray://")):
         return
+    if config.serve is not None and config.serve.app != "endpoint":
+        return  # deployed when the run starts
     url = getattr(composer.model_component.config, "base_url", None)
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         return

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from cluster.serving.config import ServeSection
 from rollout.config import StrictModel
 from rollout.paths import name_problem
 
@@ -121,3 +122,12 @@ class RunConfig(StrictModel):
     output: OutputConfig = Field(default_factory=OutputConfig)
     farm: FarmConfig = Field(default_factory=FarmConfig)
     fake_server: FakeServerSection | None = None
+    serve: ServeSection | None = None
+    """The model on Ray Serve for this run (``cluster.serving``): deployed when the run starts, its URL given to
+    the model client, deleted when the run ends."""
+
+    @model_validator(mode="after")
+    def _one_server(self) -> "RunConfig":
+        if self.fake_server is not None and self.serve is not None:
+            raise ValueError("serve and fake_server both serve the run's model: keep one")
+        return self

@@ -61,6 +61,7 @@ async def run_rollout(
             if verifier is not None:
                 ctx.emitter.emit(events.VERIFY_DONE, seconds=result.timings["verify"], reward=result.reward)
     finally:
+        await _end_session(model, meta)
         close_error = await _close(env)
     if close_error is not None:
         # The episode is over and scored; a failed cleanup is reported, not allowed to lose the result.
@@ -76,6 +77,16 @@ async def run_rollout(
         error_type=result.error.type if result.error else None,
     )
     return result
+
+
+async def _end_session(model: Model, meta: RequestMeta) -> None:
+    """A model client that keeps per-rollout server state (a sticky session) is told the rollout ended."""
+    end = getattr(model, "end_session", None)
+    if end is not None:
+        try:
+            await end(meta)
+        except Exception:  # noqa: BLE001 - a courtesy to the server; the rollout's result stands
+            pass
 
 
 def failure_result(task: Task, meta: RequestMeta, exc: BaseException) -> RolloutResult:

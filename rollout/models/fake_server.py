@@ -58,7 +58,7 @@ class FakeServer:
         raise_open_file_limit()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", _get(self._models))
+        app.router.add_get("/v1/models", _get(self.models_json))
         app.router.add_get("/health", _get(lambda: {"status": "ok"}))
         app.router.add_get("/admin/faults", _get(lambda: self.faults.model_dump()))
         app.router.add_post("/admin/faults", self._set_faults)
@@ -99,7 +99,7 @@ class FakeServer:
         self.by_status.clear()
         return self.stats_json()
 
-    def _models(self) -> dict[str, Any]:
+    def models_json(self) -> dict[str, Any]:
         return {
             "object": "list",
             "data": [{"id": self.config.model, "object": "model", "created": 0, "owned_by": "rollout-farm"}],
@@ -129,14 +129,24 @@ class FakeServer:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:  # answered like any other status, so that stats count it
             return 413, _error(exc.text or "request body too large", 413), None
+        return await self.answer(raw, request.headers.get("X-Rollout-Id", ""))
+
+    async def answer(self, raw: bytes, rollout_header: str = "") -> tuple[int, dict[str, Any], dict[str, str] | None]:
+        """One chat-completions request body answered: (status, JSON payload, extra headers). The aiohttp server
+        and the Ray Serve scripted app (``cluster.serving.scripted_app``) both answer through this."""
         try:
             body = json.loads(raw)
             messages = body["messages"]
+            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+                raise TypeError
         except (ValueError, KeyError, TypeError):
-            return 400, _error("body must be a JSON object with messages", 400), None
+            return 400, _error("body must be a JSON object with messages: a list of message objects", 400), None
         if body.get("stream"):
             return 400, _error("the fake server does not stream", 400), None
-        meta = meta_from_request(body, request.headers.get("X-Rollout-Id", ""))
+        if self.config.check_model and body.get("model") != self.config.model:
+            return 404, _error(f"The model `{body.get('model')}` does not exist; this server serves "
+                               f"`{self.config.model}`.", 404, kind="NotFoundError", code="model_not_found"), None
+        meta = meta_from_request(body, rollout_header)
         faults = self.faults
         faulty = meta.rollout_id.startswith(faults.match)
         if faulty:
@@ -183,9 +193,10 @@ def _get(produce: Callable[[], Any]) -> Callable[[web.Request], Awaitable[web.Re
     return handler
 
 
-def _error(message: str, code: int) -> dict[str, Any]:
-    kind = "BadRequestError" if code < 500 else "InternalServerError"
-    return {"object": "error", "message": message, "type": kind, "param": None, "code": code}
+def _error(message: str, status: int, *, kind: str | None = None, code: str | int | None = None) -> dict[str, Any]:
+    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    kind = kind or ("BadRequestError" if status < 500 else "InternalServerError")
+    return {"error": {"message": message, "type": kind, "param": None, "code": status if code is None else code}}
 
 
 async def start_fake_server(config: FakeServerConfig | None = None, model: ScriptedModel | None = None) -> FakeServer:

@@ -29,6 +29,8 @@ from rollout.config import validate
 from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models.http1 import ConnectionFailed, Http1Pool
 from rollout.models.openai_wire import (
+    RELEASE_PREFIX,
+    SESSION_HEADER,
     is_context_length_error,
     loads_lenient,
     parse_response,
@@ -118,7 +120,23 @@ class OpenAIModel:
     def _request_headers(self, meta: RequestMeta | None) -> dict[str, str]:
         if meta is None or not meta.rollout_id:
             return self._headers
-        return {**self._headers, "X-Rollout-Id": meta.rollout_id}
+        # The rollout is the session: Ray Serve's proxy reads x-session-id, so a session-aware router keeps
+        # every turn of a rollout on one replica (and its prefix cache).
+        return {**self._headers, "X-Rollout-Id": meta.rollout_id, SESSION_HEADER: meta.rollout_id}
+
+    async def end_session(self, meta: RequestMeta) -> None:
+        """Tell the server the rollout ended (``release_sessions``); best effort, never raises."""
+        if not self.config.release_sessions or not meta.rollout_id:
+            return
+        state = await self._state()
+        url = self.config.base_url.rstrip("/") + "/sessions/release"
+        headers = {**self._headers, SESSION_HEADER: RELEASE_PREFIX + meta.rollout_id}
+        try:
+            async with state.session.post(url, data=b"{}", headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                await resp.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            pass  # the router forgets the session after its TTL anyway
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
         state = await self._state()
@@ -131,7 +149,8 @@ class OpenAIModel:
             try:
                 async with state.semaphore:  # noqa: SIM117 - the request starts only once a slot is free
                     if state.lean is not None:
-                        extra = {"X-Rollout-Id": headers["X-Rollout-Id"]} if "X-Rollout-Id" in headers else None
+                        extra = ({"X-Rollout-Id": headers["X-Rollout-Id"], SESSION_HEADER: headers[SESSION_HEADER]}
+                                 if "X-Rollout-Id" in headers else None)
                         status, got, raw = await state.lean.post(payload, extra, self.config.timeout)
                         retry_after = parse_retry_after(got.get("retry-after"))
                     else:

@@ -55,3 +55,7 @@ class OpenAIModelConfig(StrictModel):
     """Put the rollout identity into the body as ``metadata`` (string values). vLLM and SGLang ignore
     it; turn it off for servers that reject unknown fields (hosted OpenAI refuses ``metadata`` unless
     ``store`` is set). The ``X-Rollout-Id`` header is always sent."""
+    release_sessions: bool = False
+    """When a rollout ends, ``POST {base_url}/sessions/release`` with ``x-session-id: release:<rollout id>``, so a
+    session-sticky router frees the rollout's replica at once (set for a run's scripted Serve app; a router that
+    is not told forgets the session after its TTL)."""

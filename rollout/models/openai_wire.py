@@ -28,6 +28,12 @@ CONTEXT_LENGTH_MARKERS = (
 says "maximum context length"; its input processor (token-id prompts, newer versions) says "... is longer than
 the maximum model length of N" or "... is too long to fit into the model"."""
 
+SESSION_HEADER = "x-session-id"
+"""The header Ray Serve's proxy reads a request's session from (its ``RAY_SERVE_SESSION_ID_HEADER_KEY`` default);
+the client sends the rollout id in it, so a session-aware router keeps a rollout on one replica."""
+RELEASE_PREFIX = "release:"
+"""A session id with this prefix ends the session after it (``cluster.serving.router``)."""
+
 METADATA_FIELDS = ("rollout_id", "task_id", "sample_index", "attempt", "run_id")
 """The rollout identity as it travels in a request's ``metadata`` (all values strings)."""
 

@@ -84,7 +84,7 @@ def test_outputs_replay_per_rollout_id_and_running_out_is_a_client_error(server)
     chat(server, "replay-a")
     assert chat(server, "replay-a")[1]["choices"][0]["message"]["content"] == "third"
     status, body, _ = chat(server, "replay-a")
-    assert status == 400 and "ran out of outputs" in body["message"]
+    assert status == 400 and "ran out of outputs" in body["error"]["message"]
 
 
 def test_failures_count_per_rollout_id_and_show_in_stats(server):
@@ -109,7 +109,7 @@ def test_context_length_fault_uses_the_vllm_wording(server):
     status, body, _ = chat(server, "cl-1", max_tokens=10)
     n = len(fake_tokens.prompt_token_ids([{"role": "user", "content": "hi"}]))
     assert status == 400
-    assert body["message"].startswith(
+    assert body["error"]["message"].startswith(
         f"This model's maximum context length is 3 tokens. However, you requested {n + 10} tokens"
     )
     assert is_context_length_error(json.dumps(body))
@@ -120,9 +120,9 @@ def test_body_limit_fault_and_the_servers_own_limit_answer_a_counted_413(server)
     http(server.root_url + "/admin/stats", method="DELETE")
     assert chat(server, "big-1")[0] == 200  # a short request passes
     status, body, _ = chat(server, "big-1", messages=[{"role": "user", "content": "x" * 300}])
-    assert status == 413 and "over the limit of 200" in body["message"]
+    assert status == 413 and "over the limit of 200" in body["error"]["message"]
     status, body, _ = chat(server, "any", messages=[{"role": "user", "content": "x" * 1_100_000}])  # aiohttp's 1 MiB
-    assert status == 413 and "Maximum request body size" in body["message"]
+    assert status == 413 and "Maximum request body size" in body["error"]["message"]
     assert http(server.root_url + "/admin/stats")[1]["by_status"] == {"200": 1, "413": 2}
 
 
@@ -139,9 +139,9 @@ def test_lone_surrogate_fault_writes_the_escape_a_strict_decoder_refuses(server)
 
 def test_bad_faults_are_refused_naming_the_field(server):
     status, body, _ = http(server.root_url + "/admin/faults", {"fail_first_n": -1})
-    assert status == 400 and body["message"].startswith("faults.fail_first_n")
+    assert status == 400 and body["error"]["message"].startswith("faults.fail_first_n")
     status, body, _ = http(server.root_url + "/admin/faults", {"fail_frist_n": 1})
-    assert status == 400 and "faults.fail_frist_n: unknown key" in body["message"]
+    assert status == 400 and "faults.fail_frist_n: unknown key" in body["error"]["message"]
 
 
 def test_a_hung_handler_ends_when_its_client_gives_up(server):
@@ -191,7 +191,7 @@ def test_a_broken_policy_is_a_counted_500():
 
     with serve_in_thread(model=ScriptedModel(policy=broken)) as srv:
         status, body, _ = http(srv.url + "/chat/completions", {"messages": [{"role": "user", "content": "?"}]})
-        assert status == 500 and body["message"] == "policy failed: KeyError: 'answer'"
+        assert status == 500 and body["error"]["message"] == "policy failed: KeyError: 'answer'"
         assert srv.stats_json()["by_status"] == {"500": 1}
 
 

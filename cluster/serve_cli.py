@@ -1,0 +1,76 @@
+"""``rollout serve CONFIG [key=value ...]``: deploy a config's ``serve`` section on Ray Serve and print the base
+URL; ``rollout models tiny DIR``: write the tiny CPU model (random weights, a locally trained tokenizer).
+
+On an embedded cluster ``rollout serve`` stays up until interrupted (the cluster ends with it); joining a cluster
+(``--address`` or ``RAY_ADDRESS``) it deploys, prints and returns, and the application stays until
+``serve delete`` or ``serve shutdown``. Exit 2 on a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def serve_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rollout serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("items", nargs="+", metavar="CONFIG|key=value")
+    parser.add_argument("--address", default=None, help="Ray cluster to deploy on (default $RAY_ADDRESS, else "
+                        "an embedded one that lives as long as this command)")
+    parser.add_argument("--port", type=int, default=None, help="Serve's HTTP port (default serve.port, else 8000)")
+    args = parser.parse_args(argv)
+    from cluster.job import dataset_file
+    from cluster.run_config import DatasetConfig
+    from cluster.serving import apps
+    from cluster.serving.config import ServeSection
+    from cluster.workers.ray_session import connect
+    from rollout.config import load_config, validate
+
+    paths = [i for i in args.items if "=" not in i]
+    raw = load_config(paths, [i for i in args.items if "=" in i])
+    if not raw.get("serve"):
+        print(f"config error: serve: {paths[0]} has no serve section (app: scripted | vllm | endpoint)",
+              file=sys.stderr)
+        return 2
+    section = validate(ServeSection, raw["serve"], prefix="serve")
+    port = args.port if args.port is not None else section.port or 8000
+    section = section.model_copy(update={"port": port, "keep": True})
+    model_id = section.model_id or (raw.get("model") or {}).get("model") or "scripted"
+    dataset = None
+    if section.app == "scripted" and raw.get("dataset"):
+        dataset = str(dataset_file(validate(DatasetConfig, raw["dataset"], prefix="dataset"), paths[0]))
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    farm = raw.get("farm") or {}
+    if section.app != "endpoint":
+        connect(address, num_cpus=farm.get("num_cpus"), dashboard=bool(farm.get("dashboard")))
+    served = apps.start(section, model_id, base_url=(raw.get("model") or {}).get("base_url"), dataset=dataset)
+    print(served.base_url, flush=True)
+    if address or section.app == "endpoint":
+        return 0
+    print("serving until interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        served.section = served.section.model_copy(update={"keep": False})
+        served.stop()
+    return 0
+
+
+def models_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rollout models", description="models for the CPU tier")
+    sub = parser.add_subparsers(dest="command", required=True)
+    tiny = sub.add_parser("tiny", help="write a tiny Qwen2-architecture model (random weights) to DIR")
+    tiny.add_argument("dir", metavar="DIR")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--hidden", type=int, default=64)
+    tiny.add_argument("--layers", type=int, default=2)
+    args = parser.parse_args(argv)
+    from cluster.serving.tiny_model import write_tiny_model
+
+    t0 = time.perf_counter()
+    path = write_tiny_model(args.dir, seed=args.seed, hidden=args.hidden, layers=args.layers)
+    print(f"wrote {path} in {time.perf_counter() - t0:.1f}s", flush=True)
+    return 0

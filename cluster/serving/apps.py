@@ -1,0 +1,124 @@
+"""One builder from a run config's ``serve`` section to a Serve application, and the application's life: start
+it on the connected Ray cluster, wait until it answers, give the base URL, delete it at the end."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from cluster.serving.config import ServeSection
+
+
+@dataclass
+class ServedModel:
+    """A model the run talks to: its API root, its served name, and whether this process deployed it."""
+
+    base_url: str
+    model_id: str
+    section: ServeSection
+    deployed: bool = False
+
+    @property
+    def root_url(self) -> str:
+        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+
+    def stop(self) -> None:
+        """Delete the application this process deployed (unless ``keep``); an endpoint has nothing to stop."""
+        if self.deployed and not self.section.keep:
+            from ray import serve
+
+            serve.delete(self.section.name)
+            self.deployed = False
+
+
+def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None) -> Any:
+    """The Serve application ``section`` describes (``app: endpoint`` has none)."""
+    from cluster.serving.router import router_options
+
+    options = {**router_options(section.router, section.session_ttl), **section.num_replicas_options()}
+    options.setdefault("logging_config", {"log_level": section.log_level, "enable_access_log": False})
+    if section.app == "scripted":
+        from cluster.names import POLICIES
+        from cluster.serving import scripted_app
+
+        options.setdefault("ray_actor_options", {"num_cpus": 0})  # the policy takes no rollout's CPU
+        server_config = {"policy": POLICIES.resolve(section.policy), "latency": section.latency,
+                         "faults": section.faults, "dataset": dataset, "model": model_id, "check_model": True}
+        return scripted_app.build(server_config, options)
+    if section.app == "vllm" and section.engine == "subprocess":
+        from cluster.serving import subprocess_engine
+
+        return subprocess_engine.build(section, model_id, options)
+    if section.app == "vllm":
+        from cluster.serving import vllm_app
+
+        return vllm_app.build(section, model_id, options)
+    raise ValueError(f"serve.app {section.app!r} deploys nothing")
+
+
+def start(section: ServeSection, model_id: str, *, base_url: str | None = None, dataset: str | None = None,
+          out: TextIO = sys.stderr) -> ServedModel:
+    """Deploy ``section``'s application on the connected Ray cluster (Serve started if it is not) and wait until
+    its models list names ``model_id``. ``app: endpoint`` only checks nothing and returns its URL."""
+    if section.app == "endpoint":
+        url = section.base_url or base_url
+        if not url:
+            raise ValueError("serve.base_url (or model.base_url) is required for app: endpoint")
+        return ServedModel(url.rstrip("/"), model_id, section)
+    from ray import serve
+
+    # Quiet by default: an access-log line per model call drowns the run's progress (``serve.log_level``).
+    quiet = {"log_level": section.log_level, "enable_access_log": False}
+    serve.start(http_options={"host": section.host, "port": section.port or free_port(section.host)},
+                logging_config=quiet)
+    root = proxy_url()
+    app = build_app(section, model_id, dataset=dataset)
+    t0 = time.perf_counter()
+    print(f"serve: deploying {section.app} application {section.name!r} ({model_id})", file=out, flush=True)
+    serve.run(app, name=section.name, route_prefix="/", blocking=False)
+    served = ServedModel(root + "/v1", model_id, section, deployed=True)
+    try:
+        wait_ready(served.base_url, model_id, section.ready_timeout)
+    except BaseException:
+        served.stop()
+        raise
+    print(f"serve: {section.name!r} answers at {served.base_url} after {time.perf_counter() - t0:.1f}s",
+          file=out, flush=True)
+    return served
+
+
+def proxy_url() -> str:
+    """The root URL of Serve's HTTP proxy on this cluster (its host and port as Serve was started with)."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    options = ray.get(_get_global_client()._controller.get_http_config.remote())
+    host = "127.0.0.1" if options.host in ("0.0.0.0", "::", "") else options.host
+    return f"http://{host}:{options.port}"
+
+
+def wait_ready(base_url: str, model_id: str, timeout: float) -> None:
+    """Poll ``GET {base_url}/models`` until it lists ``model_id``; ``TimeoutError`` naming the last answer."""
+    deadline, last = time.monotonic() + timeout, "no answer yet"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
+                body = reply.read().decode()
+            if f'"{model_id}"' in body:
+                return
+            last = f"models list without {model_id!r}: {body[:200]}"
+        except (urllib.error.URLError, OSError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.5)
+    raise TimeoutError(f"the served model {model_id!r} did not answer at {base_url} within {timeout:g}s; last: {last}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host if host not in ("0.0.0.0", "::") else "", 0))
+        return sock.getsockname()[1]

