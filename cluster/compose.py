@@ -88,11 +88,17 @@ class Composer:
     def __init__(self, config: RunConfig, tasks: list[Task] = ()):
         self.config = config
         self.model_component = component(MODELS, with_policy_path(config.model, "model.policy"), "model")
-        serve = config.serve
-        if serve is not None and serve.app == "scripted" and serve.router == "sticky" and hasattr(
-                self.model_component.config, "release_sessions"):
-            # The sticky router frees a rollout's replica slot when the client says the rollout ended.
-            model_config = self.model_component.config.model_copy(update={"release_sessions": True})
+        serve, model_config = config.serve, self.model_component.config
+        if serve is not None and serve.app != "endpoint" and hasattr(model_config, "release_sessions"):
+            # The scripted app's sticky router frees a rollout's replica when told the rollout ended (vLLM's
+            # ingress has no such route: its router forgets a session after session_ttl); vLLM salts its prefix
+            # cache per policy version.
+            model_config = model_config.model_copy(update={
+                "release_sessions": serve.app == "scripted" and serve.router == "sticky",
+                "cache_salt": serve.app == "vllm" or model_config.cache_salt})
+            if serve.app == "vllm" and serve.engine == "ray_serve_llm" and not model_config.tokenizer:
+                # Ray Serve LLM's /tokenize is broken with vLLM 0.32: token-in mode renders with the model's own.
+                model_config = model_config.model_copy(update={"tokenizer": serve.model_source})
             self.model_component = Component(self.model_component.cls, model_config)
         self.trusted_model = model_is_scripted(config)
         self.profiles: dict[str | None, Profile] = {None: self._profile(None)}

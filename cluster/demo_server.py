@@ -53,6 +53,13 @@ class DemoServer:
             self.server = await start_demo_server(self.section, remote=self.remote)
             self.source.base_url = self.server.url
 
+    needs_ray = False
+
+    def controls(self) -> Any:
+        from cluster.serving.controls import EndpointControls, ScriptedControls
+
+        return ScriptedControls() if self.section is not None else EndpointControls()
+
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.stop()

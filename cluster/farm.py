@@ -6,6 +6,7 @@
     batch = farm.generate(tasks, n=8)                               # grouped results, failures as data
     batch.rewards, batch.masks, batch.groups[0].results[0].trajectory.steps[0].completion_token_ids
     farm.pause(); <update weights>; farm.set_policy_version(step); farm.resume()
+    farm.reload_weights("ckpt/step-3", version=3)                   # a served vLLM model: pause, load, resume
     async for result in farm.stream(tasks, n=8): ...                # as they finish
     farm.close()
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 
 from cluster.farm_batch import MemberBatch
+from cluster.farm_controls import FarmControls
 from cluster.local_backend import InProcessBackend
 from cluster.loop_thread import LoopThread
 from cluster.workers.worker import ObjectSource
@@ -34,7 +36,7 @@ from rollout.groups import Batch, GroupPolicy, apply_policy, group_results
 from rollout.records import RolloutResult, Task
 
 
-class RolloutFarm:
+class RolloutFarm(FarmControls):
     """Rollouts for a trainer, grouped n per task. Build with ``from_config`` or ``from_objects``."""
 
     def __init__(self, source: Any, *, backend: str = "ray", address: str | None = None,
@@ -42,7 +44,7 @@ class RolloutFarm:
                  max_attempts: int = 3, seed: int = 0, deadline_per_attempt: float | None = None,
                  group_policy: GroupPolicy | dict | None = None, token_budget: int | None = None,
                  engines: Sequence[str] = (), name: str = "farm", out: TextIO = sys.stderr,
-                 on_start: Callable[[], Any] | None = None, on_close: Callable[[], Any] | None = None):
+                 server: Any = None, controls: Any = None):
         if backend not in ("ray", "local"):
             raise ConfigError(f"must be 'ray' or 'local', got {backend!r}", "farm.backend")
         self.source, self.backend_kind = source, backend
@@ -53,7 +55,7 @@ class RolloutFarm:
                              else GroupPolicy(**(group_policy or {})))
         self.token_budget, self.tokens_used = token_budget, 0
         self.engines, self.name, self.out = tuple(engines), name, out
-        self._on_start, self._on_close = on_start, on_close
+        self._server, self._controls = server, controls
         self._calls = itertools.count()
         self._backend: Any = None
         self._loop_thread = LoopThread(f"rollout-farm-{name}")
@@ -68,7 +70,7 @@ class RolloutFarm:
 
         source, server, settings = from_run_config(config, overrides)
         settings = {**settings, **options}
-        return cls(source, on_start=server.start, on_close=server.stop, **settings)
+        return cls(source, server=server, **settings)
 
     @classmethod
     def from_objects(cls, model: Any, agent: Any, env_factory: Callable, verifier_factory: Callable | None = None,
@@ -88,12 +90,12 @@ class RolloutFarm:
         """Join or start Ray and start the workers (done by the first call that needs them)."""
         if self._backend is not None:
             return self
-        if self._on_start is not None:
-            self._run(self._on_start())
-        if self.backend_kind == "ray":
+        if self.backend_kind == "ray" or getattr(self._server, "needs_ray", False):
             from cluster.workers.ray_session import connect
 
             connect(self.address, num_cpus=self.num_cpus, out=self.out)  # in the caller's (main) thread
+        if self._server is not None:
+            self._run(self._server.start())
         self._backend = self._run(self._start_backend())
         return self
 
@@ -201,20 +203,6 @@ class RolloutFarm:
             yield item
         await asyncio.wrap_future(future)
 
-    def set_policy_version(self, version: str | int | None) -> None:
-        """Every model call that starts after this records ``version`` on its turn (``Step.policy_version``)."""
-        self.start()
-        self._run(self._backend.broadcast("set_policy_version", version))
-
-    def pause(self) -> None:
-        """No new model call starts until ``resume()`` (calls already sent finish); rollouts otherwise go on."""
-        self.start()
-        self._run(self._backend.broadcast("pause"))
-
-    def resume(self) -> None:
-        self.start()
-        self._run(self._backend.broadcast("resume"))
-
     def workers(self) -> list[dict[str, Any]]:
         """One entry per live worker: node id, ``host:pid``, rollouts finished, in flight, policy version."""
         self.start()
@@ -232,8 +220,8 @@ class RolloutFarm:
         try:
             if self._backend is not None:
                 self._run(self._backend.close())
-            if self._on_close is not None:
-                self._run(self._on_close())
+            if self._server is not None:
+                self._run(self._server.stop())
         finally:
             self._closed = True
             self._loop_thread.stop()

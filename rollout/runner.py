@@ -28,6 +28,7 @@ from rollout.events import Observer
 from rollout.protocols import Agent, Environment, Model, Verifier
 from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Task, Usage
 from rollout.termination import Limits, Termination
+from rollout.tokens import contiguity_breaks, has_token_data
 
 TIME_LIMIT_GRACE = 5.0
 """Seconds of the agent's own time past ``time_limit`` before the loop is cancelled mid-action (a hung command)."""
@@ -67,6 +68,9 @@ async def run_rollout(
         # The episode is over and scored; a failed cleanup is reported, not allowed to lose the result.
         result.metadata["close_error"] = f"{type(close_error).__name__}: {close_error}"
     result.timings["total"] = time.perf_counter() - t0
+    steps = result.trajectory.steps
+    if has_token_data(steps):  # the engine's ids on every turn: say where they stop being one sequence
+        result.metadata["token_breaks"] = [b.as_dict() for b in contiguity_breaks(steps)]
     ctx.emitter.emit(
         events.ROLLOUT_FINISHED,
         status=result.status,

@@ -54,6 +54,20 @@ def podman_available() -> bool:
     pytest.skip("podman is not installed (set ROLLOUT_REQUIRE_PODMAN=1 to make this an error)")
 
 
+@pytest.fixture(scope="session")
+def vllm_available() -> bool:
+    """True when vllm (the cpu-llm extra) imports. Without it: skip, or fail if ROLLOUT_REQUIRE_VLLM=1 (CI)."""
+    try:
+        import vllm  # noqa: F401
+        import torch  # noqa: F401
+        return True
+    except Exception as exc:  # noqa: BLE001 - a broken install (a GPU torchvision beside it) is also "missing"
+        if _required("ROLLOUT_REQUIRE_VLLM"):
+            pytest.fail(f"ROLLOUT_REQUIRE_VLLM is set but vllm does not import: {type(exc).__name__}: {exc}")
+        pytest.skip("vllm is not installed (pip install -e '.[cpu-llm]'; set ROLLOUT_REQUIRE_VLLM=1 to make "
+                    "this an error)")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_labelled_containers_left():
     """After the session, no container labelled rollout-farm.run that this session (or a process it

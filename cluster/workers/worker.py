@@ -72,6 +72,9 @@ class GatedModel:
     async def complete(self, messages: list, tools: list | None = None, **kwargs: Any) -> ModelResponse:
         await self.worker.gate.wait()
         version = self.worker.policy_version
+        meta = kwargs.get("meta")
+        if version is not None and meta is not None and meta.policy_version != version:
+            kwargs["meta"] = meta.model_copy(update={"policy_version": version})  # the request carries it
         response = await self.inner.complete(messages, tools, **kwargs)
         if response.policy_version is None and version is not None:
             response = response.model_copy(update={"policy_version": version})

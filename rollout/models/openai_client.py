@@ -74,6 +74,7 @@ class OpenAIModel:
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
         self._loops: dict[asyncio.AbstractEventLoop, _LoopState] = {}
+        self._streams: Any = None  # token-in mode's per-rollout token streams
 
     @classmethod
     def from_config(cls, config: OpenAIModelConfig | Mapping[str, Any], **_: Any) -> "OpenAIModel":
@@ -90,11 +91,20 @@ class OpenAIModel:
         meta: RequestMeta | None = None,
         **sampling: Any,
     ) -> ModelResponse:
+        if self.config.token_in:
+            return await self._token_streams().complete(messages, tools, meta, sampling)
         data = await self._post(self.request_body(messages, tools, meta, sampling), self._request_headers(meta))
         try:
             return parse_response(data, self.config.model)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ModelError(f"POST {self.url}: malformed response ({exc!r}): {snippet(json.dumps(data))}") from None
+
+    def _token_streams(self) -> Any:
+        if self._streams is None:
+            from rollout.models.token_in import TokenStreams
+
+            self._streams = TokenStreams(self)
+        return self._streams
 
     def request_body(
         self, messages: list[Message], tools: list[dict[str, Any]] | None, meta: RequestMeta | None, sampling: dict
@@ -113,6 +123,8 @@ class OpenAIModel:
             body["return_token_ids"] = True
         if meta is not None and cfg.send_metadata:
             body["metadata"] = request_metadata(meta)
+        if meta is not None and cfg.cache_salt and meta.policy_version is not None:
+            body["cache_salt"] = f"policy-{meta.policy_version}"
         body.update(cfg.extra_body)
         # A None means "leave it to the server" (e.g. seed=None from a context without a seed).
         return {k: v for k, v in body.items() if v is not None}
@@ -125,7 +137,10 @@ class OpenAIModel:
         return {**self._headers, "X-Rollout-Id": meta.rollout_id, SESSION_HEADER: meta.rollout_id}
 
     async def end_session(self, meta: RequestMeta) -> None:
-        """Tell the server the rollout ended (``release_sessions``); best effort, never raises."""
+        """Forget the rollout's token stream; tell the server the rollout ended (``release_sessions``). Best
+        effort, never raises."""
+        if self._streams is not None:
+            self._streams.forget(meta.rollout_id)
         if not self.config.release_sessions or not meta.rollout_id:
             return
         state = await self._state()
@@ -138,7 +153,10 @@ class OpenAIModel:
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             pass  # the router forgets the session after its TTL anyway
 
-    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
+    async def _post(self, body: dict[str, Any], headers: dict[str, str], url: str | None = None) -> Any:
+        """POST with bounded retries; ``url`` defaults to the chat-completions URL (the only one the lean client
+        keeps connections to; others go through aiohttp)."""
+        target = url or self.url
         state = await self._state()
         payload = _dumps(body)
         timeout = state.timeout
@@ -148,13 +166,13 @@ class OpenAIModel:
             retry_after: float | None = None
             try:
                 async with state.semaphore:  # noqa: SIM117 - the request starts only once a slot is free
-                    if state.lean is not None:
+                    if state.lean is not None and target == self.url:
                         extra = ({"X-Rollout-Id": headers["X-Rollout-Id"], SESSION_HEADER: headers[SESSION_HEADER]}
                                  if "X-Rollout-Id" in headers else None)
                         status, got, raw = await state.lean.post(payload, extra, self.config.timeout)
                         retry_after = parse_retry_after(got.get("retry-after"))
                     else:
-                        async with state.session.post(self.url, data=payload, headers=headers,
+                        async with state.session.post(target, data=payload, headers=headers,
                                                       timeout=timeout) as resp:
                             status, raw = resp.status, await resp.read()
                             retry_after = parse_retry_after(resp.headers.get("Retry-After"))
@@ -168,18 +186,18 @@ class OpenAIModel:
                     except ValueError:
                         last = f"HTTP 200 with a body that is not JSON: {snippet(raw.decode('utf-8', 'replace'))}"
                 elif status in CONTEXT_LENGTH_STATUSES and is_context_length_error(text):
-                    raise ContextLengthExceeded(f"POST {self.url}: HTTP {status}: {snippet(text)}")
+                    raise ContextLengthExceeded(f"POST {target}: HTTP {status}: {snippet(text)}")
                 elif status == BODY_TOO_LARGE:
-                    raise ContextLengthExceeded(f"POST {self.url}: HTTP 413: the request ({len(payload)} bytes, "
+                    raise ContextLengthExceeded(f"POST {target}: HTTP 413: the request ({len(payload)} bytes, "
                                                 f"the conversation so far) is over the server's body limit: "
                                                 f"{snippet(text)}")
                 elif status in RETRY_STATUSES or status >= 500:
                     last = f"HTTP {status}: {snippet(text)}"
                 else:
-                    raise ModelError(f"POST {self.url}: HTTP {status}: {snippet(text)}", retryable=False)
+                    raise ModelError(f"POST {target}: HTTP {status}: {snippet(text)}", retryable=False)
             if attempt + 1 < attempts:
                 await asyncio.sleep(self._delay(attempt, retry_after))
-        raise ModelError(f"POST {self.url} failed after {attempts} attempt(s); last: {last}")
+        raise ModelError(f"POST {target} failed after {attempts} attempt(s); last: {last}")
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         cfg = self.config
@@ -217,7 +235,7 @@ class OpenAIModel:
 
     def __getstate__(self) -> dict[str, Any]:
         # Sessions belong to this process's event loops; a pickled copy (a Ray worker) makes its own.
-        return {**self.__dict__, "_loops": {}}
+        return {**self.__dict__, "_loops": {}, "_streams": None}
 
     async def aclose(self) -> None:
         """Close this event loop's session (other loops' sessions close when their loop ends)."""

@@ -59,3 +59,16 @@ class OpenAIModelConfig(StrictModel):
     """When a rollout ends, ``POST {base_url}/sessions/release`` with ``x-session-id: release:<rollout id>``, so a
     session-sticky router frees the rollout's replica at once (set for a run's scripted Serve app; a router that
     is not told forgets the session after its TTL)."""
+    cache_salt: bool = False
+    """Send ``cache_salt: "policy-<version>"`` (vLLM) with requests that carry a policy version: prefix-cache
+    entries of one policy version are never reused under another. Off for servers that reject the field."""
+    token_in: bool = False
+    """Keep each rollout's token stream on the client (vLLM): turn k's prompt is turn k-1's prompt ids + its
+    completion ids + the ids of the new messages as the server's ``/tokenize`` renders them, sent to
+    ``/v1/completions`` as token ids; the stream is exact by construction (``rollout.models.token_in``)."""
+    tokenizer: str | None = None
+    """Token-in mode: render prompts with this tokenizer directory (its chat template, ``transformers``) in this
+    process instead of the server's ``/tokenize``. Set for a run's ``serve`` vLLM app on ``ray_serve_llm``."""
+    tool_call_format: str = "hermes"
+    """How tool calls appear in raw completion text (token-in mode parses them itself): ``hermes``
+    (``<tool_call>{"name", "arguments"}</tool_call>``)."""

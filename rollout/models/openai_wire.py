@@ -34,12 +34,12 @@ the client sends the rollout id in it, so a session-aware router keeps a rollout
 RELEASE_PREFIX = "release:"
 """A session id with this prefix ends the session after it (``cluster.serving.router``)."""
 
-METADATA_FIELDS = ("rollout_id", "task_id", "sample_index", "attempt", "run_id")
+METADATA_FIELDS = ("rollout_id", "task_id", "sample_index", "attempt", "run_id", "policy_version")
 """The rollout identity as it travels in a request's ``metadata`` (all values strings)."""
 
 
 def request_metadata(meta: RequestMeta) -> dict[str, str]:
-    return {name: str(getattr(meta, name)) for name in METADATA_FIELDS}
+    return {name: str(getattr(meta, name)) for name in METADATA_FIELDS if getattr(meta, name) is not None}
 
 
 def meta_from_request(body: Mapping[str, Any], header_rollout_id: str = "") -> RequestMeta:
@@ -58,6 +58,7 @@ def meta_from_request(body: Mapping[str, Any], header_rollout_id: str = "") -> R
         sample_index=num("sample_index", 0),
         attempt=num("attempt", 1),
         run_id=str(md.get("run_id") or ""),
+        policy_version=str(md["policy_version"]) if md.get("policy_version") else None,
         seed=body.get("seed") if isinstance(body.get("seed"), int) else None,
     )
 

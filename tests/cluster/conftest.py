@@ -14,6 +14,6 @@ def ray_cluster():
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     from cluster.workers.ray_session import connect
 
-    connect(num_cpus=2, out=io.StringIO())
+    connect(num_cpus=4, out=io.StringIO())  # logical CPUs: a vLLM-on-CPU engine needs 4 (any 2-core machine)
     yield ray
     ray.shutdown()

@@ -24,7 +24,7 @@ CALC_TOOLS = [{"type": "function", "function": {"name": "calculate", "descriptio
 
 @pytest.fixture(scope="module")
 def scripted(ray_cluster):
-    section = ServeSection(app="scripted", name="test-scripted", policy="demo", replicas=2)
+    section = ServeSection(app="scripted", name="test-scripted", route_prefix="/scripted", policy="demo", replicas=2)
     served = apps.start(section, "scripted-demo", dataset=DEMO_DATA, out=sys.stderr)
     yield served
     served.stop()

@@ -1,0 +1,67 @@
+"""The trainer's controls of a farm: its workers' gate and policy version, and the served model's RL controls
+(``cluster.serving.controls``) — pause, resume, weights, prefix cache, sleep."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FarmControls:
+    """Mixed into ``RolloutFarm`` (which provides ``start``, ``_run``, ``_backend``, ``_server``, ``_controls``)."""
+
+    _engine_paused = False
+
+    def controls(self) -> Any:
+        """The served model's controls: given to the farm (``controls=``), else its ``serve`` section's, else
+        a scripted fake server's; an external endpoint's raise ``NotSupported``."""
+        if self._controls is not None:
+            return self._controls
+        self.start()
+        if self._server is not None and hasattr(self._server, "controls"):
+            return self._server.controls()
+        from cluster.serving.controls import EndpointControls
+
+        return EndpointControls()
+
+    def set_policy_version(self, version: str | int | None) -> None:
+        """Every model call that starts after this records ``version`` on its turn (``Step.policy_version``) and
+        carries it in its request (with ``cache_salt``, a per-version prefix-cache salt)."""
+        self.start()
+        self._run(self._backend.broadcast("set_policy_version", version))
+
+    def pause(self, mode: str | None = None) -> None:
+        """No new model call starts until ``resume()``; rollouts otherwise go on. With ``mode`` the engine pauses
+        too: ``abort`` its in-flight requests (retried after resume), ``wait`` for them, or ``keep`` them queued."""
+        self.start()
+        self._run(self._backend.broadcast("pause"))
+        if mode is not None:
+            self.controls().pause(mode)
+            self._engine_paused = True
+
+    def resume(self) -> None:
+        self.start()
+        if self._engine_paused:
+            self.controls().resume()
+            self._engine_paused = False
+        self._run(self._backend.broadcast("resume"))
+
+    def reload_weights(self, path: str, version: str | int | None = None) -> None:
+        """Load the checkpoint at ``path`` into the served model between requests: hold new calls, let the engine
+        finish what it is generating, load, reset the prefix cache, stamp ``version``, resume."""
+        self.pause(mode="wait")
+        try:
+            self.controls().reload_weights(path)
+            if version is not None:
+                self.set_policy_version(version)
+        finally:
+            self.resume()
+
+    def reset_prefix_cache(self) -> None:
+        self.controls().reset_prefix_cache()
+
+    def sleep(self, level: int = 1) -> None:
+        """Free the engine's accelerator memory between generation phases (``NotSupported`` where it cannot)."""
+        self.controls().sleep(level)
+
+    def wake_up(self) -> None:
+        self.controls().wake_up()

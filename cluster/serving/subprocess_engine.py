@@ -1,0 +1,138 @@
+"""``engine: subprocess``: each replica of a plain Serve deployment runs ``python -m
+vllm.entrypoints.openai.api_server`` on a free port of its node and proxies every request to it — for where
+``ray.serve.llm`` cannot place an engine (its placement group against vLLM's own Ray executor for tensor
+parallelism). The replica's health check fails when the process has died, so Serve replaces the replica.
+
+The engine runs with ``VLLM_SERVER_DEV_MODE=1`` (its control routes, for ``cluster.serving.controls``) and each
+replica records its engine's URL in Ray's key-value store under ``ENGINE_KEY_PREFIX + app``, so the controls
+reach every engine, not only the one a request happens to be routed to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ray import serve
+
+from cluster.serving.config import ServeSection
+
+ENGINE_KEY_PREFIX = "rollout-farm/engines/"
+HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
+
+
+def engine_command(model_source: str, model_id: str, port: int, engine_kwargs: dict[str, Any]) -> list[str]:
+    """The vLLM server's command line: engine arguments as flags (``True`` a bare flag, ``False`` left out,
+    lists and mappings as JSON)."""
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_source,
+               "--served-model-name", model_id, "--host", "127.0.0.1", "--port", str(port)]
+    for key, value in engine_kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            command.append(flag)
+        elif value is False or value is None:
+            continue
+        else:
+            command += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
+    return command
+
+
+class VllmProcessServer:
+    def __init__(self, app: str, model_source: str, model_id: str, engine_kwargs: dict[str, Any],
+                 ready_timeout: float, env: dict[str, str]):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = f"/tmp/rollout-farm-vllm-{self.port}.log"
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - the process writes to it for its whole life
+        command = engine_command(model_source, model_id, self.port, engine_kwargs)
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "VLLM_SERVER_DEV_MODE": "1", **env})
+        self._wait_ready(ready_timeout)
+        from ray.experimental import internal_kv
+
+        self.key = f"{ENGINE_KEY_PREFIX}{app}/{serve.get_replica_context().replica_id.unique_id}"
+        internal_kv._internal_kv_put(self.key, self.url.encode(), overwrite=True)
+        self.http: Any = None
+
+    def _wait_ready(self, timeout: float) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vllm exited with {self.process.returncode} while starting; {self._tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5):
+                    return
+            except OSError:
+                time.sleep(1)
+        raise TimeoutError(f"vllm did not answer within {timeout:g}s; {self._tail()}")
+
+    def _tail(self) -> str:
+        with open(self.log_path, "rb") as log:
+            return "last lines of its log: " + log.read()[-2000:].decode("utf-8", "replace")
+
+    def check_health(self) -> None:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the vllm process exited with {self.process.returncode}; {self._tail()}")
+
+    async def __call__(self, request: Any) -> Any:
+        import aiohttp
+        from starlette.responses import Response
+
+        if self.http is None:
+            self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        from cluster.serving.scripted_app import app_path
+
+        target = self.url + app_path(request) + (f"?{request.url.query}" if request.url.query else "")
+        async with self.http.request(request.method, target, data=await request.body(), headers=headers) as reply:
+            body = await reply.read()
+            kept = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS}
+            return Response(body, status_code=reply.status, headers=kept)
+
+    def __del__(self) -> None:
+        process = getattr(self, "process", None)
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        key = getattr(self, "key", None)
+        if key:
+            try:
+                from ray.experimental import internal_kv
+
+                internal_kv._internal_kv_del(key)
+            except Exception:  # noqa: BLE001 - the cluster may be going away
+                pass
+
+
+def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
+    kwargs = dict(section.engine_kwargs)
+    env = {}
+    if section.cpu:
+        from cluster.serving.vllm_app import CPU_MEMORY_FRACTION
+
+        kwargs.setdefault("gpu_memory_utilization", CPU_MEMORY_FRACTION)
+    options = {**options, "health_check_period_s": options.get("health_check_period_s", 5)}
+    options.setdefault("ray_actor_options", {"num_cpus": 1})
+    deployment = serve.deployment(VllmProcessServer, name="VllmProcessServer")
+    return deployment.options(**options).bind(section.name, section.model_source, model_id, kwargs,
+                                              section.ready_timeout, env)
+
+
+def engine_urls(app: str) -> list[str]:
+    """The engine URLs the replicas of application ``app`` recorded (on the connected cluster)."""
+    from ray.experimental import internal_kv
+
+    keys = internal_kv._internal_kv_list(f"{ENGINE_KEY_PREFIX}{app}/")
+    return sorted(internal_kv._internal_kv_get(k).decode() for k in keys if internal_kv._internal_kv_get(k))
