@@ -20,7 +20,10 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--address", default=None, help="Ray cluster to deploy on (default $RAY_ADDRESS, else "
                         "an embedded one that lives as long as this command)")
     parser.add_argument("--port", type=int, default=None, help="Serve's HTTP port (default serve.port, else 8000)")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if any(e.startswith("-") for e in extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.items += extra  # CONFIG and key=value items may also follow an option (--port 8001 a=b)
     from cluster.job import dataset_file
     from cluster.run_config import DatasetConfig
     from cluster.serving import apps

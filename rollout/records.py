@@ -68,8 +68,7 @@ class RequestMeta(Record):
     group_id: str = ""
     """The group this sample belongs to (n samples of one task, GRPO style); ``sample_index`` is its index."""
     policy_version: str | None = None
-    """The policy version the request is sampled under (a farm's ``set_policy_version``); a vLLM client with
-    ``cache_salt`` salts the prefix cache with it, so a new policy never reads an old policy's cache."""
+    """The policy version the request is sampled under (``set_policy_version``; ``cache_salt`` salts with it)."""
 
 
 class Action(Record):

@@ -20,19 +20,15 @@ from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
 
-try:  # optional: a faster JSON codec for the request/response hot path
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - the standard library does the same, slower
-    _orjson = None
-
 from rollout.config import validate
 from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models.http1 import ConnectionFailed, Http1Pool
 from rollout.models.openai_wire import (
     RELEASE_PREFIX,
+    dumps_body as _dumps,
+    loads_body as _loads,
     SESSION_HEADER,
     is_context_length_error,
-    loads_lenient,
     parse_response,
     parse_retry_after,
     raise_open_file_limit,
@@ -100,10 +96,9 @@ class OpenAIModel:
             raise ModelError(f"POST {self.url}: malformed response ({exc!r}): {snippet(json.dumps(data))}") from None
 
     def _token_streams(self) -> Any:
-        if self._streams is None:
-            from rollout.models.token_in import TokenStreams
+        from rollout.models.token_in import TokenStreams
 
-            self._streams = TokenStreams(self)
+        self._streams = self._streams or TokenStreams(self)
         return self._streams
 
     def request_body(
@@ -143,8 +138,7 @@ class OpenAIModel:
             self._streams.forget(meta.rollout_id)
         if not self.config.release_sessions or not meta.rollout_id:
             return
-        state = await self._state()
-        url = self.config.base_url.rstrip("/") + "/sessions/release"
+        state, url = await self._state(), self.config.base_url.rstrip("/") + "/sessions/release"
         headers = {**self._headers, SESSION_HEADER: RELEASE_PREFIX + meta.rollout_id}
         try:
             async with state.session.post(url, data=b"{}", headers=headers,
@@ -233,8 +227,7 @@ class OpenAIModel:
             await state.closer.__anext__()
         return state
 
-    def __getstate__(self) -> dict[str, Any]:
-        # Sessions belong to this process's event loops; a pickled copy (a Ray worker) makes its own.
+    def __getstate__(self) -> dict[str, Any]:  # a pickled copy (a Ray worker) makes its own sessions and streams
         return {**self.__dict__, "_loops": {}, "_streams": None}
 
     async def aclose(self) -> None:
@@ -245,24 +238,6 @@ class OpenAIModel:
                 state.lean.close()
             await state.session.close()
             await state.closer.aclose()
-
-
-def _dumps(body: Any) -> bytes:
-    if _orjson is not None:
-        try:
-            return _orjson.dumps(body)
-        except TypeError:  # lone surrogates or exotic types: the standard library escapes them
-            pass
-    return json.dumps(body).encode()
-
-
-def _loads(raw: bytes) -> Any:
-    if _orjson is not None:
-        try:
-            return _orjson.loads(raw)
-        except ValueError:  # invalid UTF-8 or lone surrogates: the lenient reading below
-            pass
-    return loads_lenient(raw)
 
 
 async def _close_at_loop_end(session: aiohttp.ClientSession, lean: Http1Pool | None) -> AsyncIterator[None]:

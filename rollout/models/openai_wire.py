@@ -10,6 +10,11 @@ import time
 from typing import Any, Mapping
 
 from rollout.context import clean_text
+
+try:  # optional: a faster JSON codec for the request/response hot path
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the standard library does the same, slower
+    _orjson = None
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta, Usage
 
@@ -174,3 +179,21 @@ def raise_open_file_limit() -> None:
 def snippet(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def dumps_body(body: Any) -> bytes:
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(body)
+        except TypeError:  # lone surrogates or exotic types: the standard library escapes them
+            pass
+    return json.dumps(body).encode()
+
+
+def loads_body(raw: bytes) -> Any:
+    if _orjson is not None:
+        try:
+            return _orjson.loads(raw)
+        except ValueError:  # invalid UTF-8 or lone surrogates: the lenient reading below
+            pass
+    return loads_lenient(raw)

@@ -105,3 +105,72 @@ def test_a_swe_run_through_the_serve_hosted_scripted_model_resolves_every_instan
     assert "Deleting app ['rollout-model']" in done.stderr  # torn down with the run
     summary = json.loads((tmp_path / "swe_demo" / "summary.json").read_text())
     assert summary["swe"]["resolved_instances"] == summary["swe"]["total_instances"] == 12
+    runtime = "docker" if "runtime: docker" in done.stderr else "local"
+    graded = subprocess.run([sys.executable, "-m", "cluster", "eval", "--dataset",
+                             str(ROOT / "runs" / "datasets" / "swe_mini" / "swe_mini.jsonl"), "--predictions",
+                             str(tmp_path / "swe_demo" / "preds.json"), "--run-id", "regrade", "--runtime", runtime],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert graded.returncode == 0, graded.stderr[-3000:]
+    report = json.loads(next((tmp_path / "regrade").glob("*.regrade.json")).read_text())
+    assert report["resolved_instances"] == 12 and report["unresolved_instances"] == 0
+
+
+def test_a_farm_with_a_serve_section_deploys_runs_stamps_versions_and_says_what_it_cannot_do(ray_cluster):
+    from ray import serve
+
+    from cluster.farm import RolloutFarm
+    from cluster.serving.controls import NotSupported
+    from rollout.records import Task
+
+    config = {
+        "serve": {"app": "scripted", "name": "farm-scripted", "route_prefix": "/farm", "policy": "bash_echo"},
+        "model": {"type": "openai", "model": "scripted-bash"},
+        "agent": {"type": "mini_swe", "max_steps": 5},
+        "environment": {"type": "shell"},
+        "runtime": {"type": "local"},
+        "farm": {"backend": "ray"},
+    }
+    task = Task(task_id="echo-task", prompt="echo twice, then submit")
+    with RolloutFarm.from_config(config, concurrency=4, name="serve-farm") as farm:
+        first = [r for g in farm.generate([task], n=2).groups for r in g.results]
+        farm.set_policy_version(5)
+        farm.pause("keep")  # a scripted policy has nothing to pause: the farm's gate does it
+        farm.resume()
+        second = [r for g in farm.generate([task], n=1).groups for r in g.results]
+        for call in (lambda: farm.reload_weights("/checkpoints/1", version=6), farm.sleep):
+            with pytest.raises(NotSupported):
+                call()
+        assert "farm-scripted" in serve.status().applications
+    assert all(r.status == "completed" and r.exit_reason.value == "submitted" for r in first + second)
+    assert all(len(r.trajectory.steps) == 3 for r in first + second)
+    assert {s.policy_version for s in second[0].trajectory.steps} == {"5"}
+    assert "farm-scripted" not in serve.status().applications  # deleted with the farm
+
+
+def test_rollout_serve_prints_the_base_url_and_serves_until_interrupted(tmp_path):
+    import signal
+    import urllib.request
+
+    from cluster.serving.apps import free_port
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "cluster", "serve", "configs/swe_demo.yaml", "--port", str(port),
+                             "serve.name=cli"], cwd=ROOT, env={**env, "ROLLOUT_HOME": str(tmp_path)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url == f"http://127.0.0.1:{port}/v1", (url, proc.stderr.read() if proc.poll() is not None else "")
+        with urllib.request.urlopen(url + "/models", timeout=30) as reply:
+            assert json.loads(reply.read())["data"][0]["id"] == "scripted-gold"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_rollout_serve_without_a_serve_section_is_a_config_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cluster", "serve", "configs/local_demo.yaml"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "has no serve section" in done.stderr
