@@ -126,6 +126,19 @@ class RunConfig(StrictModel):
     """The model on Ray Serve for this run (``cluster.serving``): deployed when the run starts, its URL given to
     the model client, deleted when the run ends."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _serve_in_model(cls, data: Any) -> Any:
+        """``model: {serve: {...}}`` is the same as a top-level ``serve`` section (the model and where it runs,
+        side by side)."""
+        if isinstance(data, dict) and isinstance(data.get("model"), dict) and "serve" in data["model"]:
+            model = dict(data["model"])
+            nested = model.pop("serve")
+            if data.get("serve") is not None and nested is not None:
+                raise ValueError("serve is given twice (model.serve and serve): keep one")
+            data = {**data, "model": model, "serve": nested if nested is not None else data.get("serve")}
+        return data
+
     @model_validator(mode="after")
     def _one_server(self) -> "RunConfig":
         if self.fake_server is not None and self.serve is not None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 
 
@@ -33,6 +35,8 @@ def serve_main(argv: list[str]) -> int:
 
     paths = [i for i in args.items if "=" not in i]
     raw = load_config(paths, [i for i in args.items if "=" in i])
+    if not raw.get("serve") and isinstance(raw.get("model"), dict) and raw["model"].get("serve"):
+        raw["serve"] = raw["model"].pop("serve")  # the same section, written inside the model's
     if not raw.get("serve"):
         print(f"config error: serve: {paths[0]} has no serve section (app: scripted | vllm | endpoint)",
               file=sys.stderr)
@@ -52,13 +56,16 @@ def serve_main(argv: list[str]) -> int:
     print(served.base_url, flush=True)
     if address or section.app == "endpoint":
         return 0
+    # Our own handlers: Ray's driver replaces Python's SIGINT handler, so Ctrl-C would not raise here.
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     print("serving until interrupted (Ctrl-C)", file=sys.stderr, flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        served.section = served.section.model_copy(update={"keep": False})
-        served.stop()
+    while not stop.wait(3600):
+        pass
+    print(f"serve: deleting {section.name!r}", file=sys.stderr, flush=True)
+    served.section = served.section.model_copy(update={"keep": False})
+    served.stop()
     return 0
 
 

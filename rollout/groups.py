@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal
 
 from pydantic import Field
 
@@ -128,6 +128,13 @@ class Batch:
     def failures(self) -> dict[str, int]:
         """Failed results by exit reason (``worker_died``, ``runtime_error``, ``deadline_exceeded``, ...)."""
         return failure_counts(self.results)
+
+    def segments(self, on_break: str = "split") -> list[list[list[Any]]]:
+        """Per group, per member: the member's trainer samples (``rollout.tokens.Segment``: prompt ids, response
+        ids, loss mask, logprobs), cut where its token stream breaks (``on_break="mask"``: kept, mask 0)."""
+        from rollout.tokens import segments
+
+        return [[segments(r.trajectory.steps, on_break) for r in g.results] for g in self.groups]
 
     def describe(self) -> str:
         total = len(self.results)

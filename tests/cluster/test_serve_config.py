@@ -63,3 +63,14 @@ def test_what_a_model_cannot_do_raises_not_supported():
     for call in (EndpointControls().pause, EndpointControls().resume, EndpointControls().reset_prefix_cache):
         with pytest.raises(NotSupported):
             call()
+
+
+def test_the_serve_section_may_sit_inside_the_model_section():
+    from cluster.run_config import RunConfig
+
+    config = validate(RunConfig, {"model": {"type": "openai", "model": "m", "serve": {"app": "scripted"}},
+                                  "dataset": {"path": "x.jsonl"}})
+    assert config.serve.app == "scripted" and "serve" not in config.model
+    with pytest.raises(ConfigError, match="given twice"):
+        validate(RunConfig, {"model": {"type": "openai", "serve": {"app": "scripted"}}, "serve": {"app": "endpoint"},
+                             "dataset": {"path": "x.jsonl"}})

@@ -154,20 +154,22 @@ def test_rollout_serve_prints_the_base_url_and_serves_until_interrupted(tmp_path
     from cluster.serving.apps import free_port
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    port = free_port()
+    port, log = free_port(), tmp_path / "serve.log"
     proc = subprocess.Popen([sys.executable, "-m", "cluster", "serve", "configs/swe_demo.yaml", "--port", str(port),
                              "serve.name=cli"], cwd=ROOT, env={**env, "ROLLOUT_HOME": str(tmp_path)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, start_new_session=True)
     try:
         url = proc.stdout.readline().strip()
-        assert url == f"http://127.0.0.1:{port}/v1", (url, proc.stderr.read() if proc.poll() is not None else "")
+        assert url == f"http://127.0.0.1:{port}/v1", (url, log.read_text()[-3000:])
         with urllib.request.urlopen(url + "/models", timeout=30) as reply:
             assert json.loads(reply.read())["data"][0]["id"] == "scripted-gold"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the application is deleted, the embedded cluster ends
         assert proc.wait(timeout=120) == 0
+        assert "serve: deleting 'cli'" in log.read_text()
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Ray processes it started
+            proc.wait(timeout=30)
 
 
 def test_rollout_serve_without_a_serve_section_is_a_config_error(tmp_path):

@@ -94,7 +94,9 @@ def test_token_in_mode_records_exact_contiguous_tokens_on_every_turn(served):
     from rollout.tokens import contiguity_breaks, segments
 
     with _farm(served, token_in=True) as farm:
-        results = _steps(farm.generate([GAME], n=3))
+        batch = farm.generate([GAME], n=3)
+        results = _steps(batch)
+    assert all(len(member) == 1 for group in batch.segments() for member in group)  # one sample per rollout
     multi = 0
     for result in results:
         steps = result.trajectory.steps

@@ -363,3 +363,17 @@ def test_context_length_rejections_as_vllm_and_sglang_word_them_are_the_token_li
     error, requests = asyncio.run(go())
     assert isinstance(error, ContextLengthExceeded), error
     assert requests == 1
+
+
+def test_a_request_carries_its_session_and_policy_version_and_salts_the_cache_only_when_asked():
+    from rollout.models.openai_client import OpenAIModel
+    from rollout.records import RequestMeta
+
+    meta = RequestMeta(rollout_id="t#0", task_id="t", policy_version="7")
+    plain = OpenAIModel(base_url="http://127.0.0.1:9/v1", model="m")
+    salted = OpenAIModel(base_url="http://127.0.0.1:9/v1", model="m", cache_salt=True)
+    assert plain._request_headers(meta)["x-session-id"] == "t#0"  # Serve's session header: the rollout
+    assert plain.request_body([], None, meta, {})["metadata"]["policy_version"] == "7"
+    assert "cache_salt" not in plain.request_body([], None, meta, {})  # hosted APIs refuse unknown fields
+    assert salted.request_body([], None, meta, {})["cache_salt"] == "policy-7"
+    assert "cache_salt" not in salted.request_body([], None, RequestMeta(rollout_id="t#0"), {})
