@@ -93,7 +93,8 @@ class RolloutFarm(FarmControls):
         if self.backend_kind == "ray" or getattr(self._server, "needs_ray", False):
             from cluster.workers.ray_session import connect
 
-            connect(self.address, num_cpus=self.num_cpus, out=self.out)  # in the caller's (main) thread
+            num_cpus = self.num_cpus or getattr(self._server, "cluster_cpus", None)
+            connect(self.address, num_cpus=num_cpus, out=self.out)  # in the caller's (main) thread
         if self._server is not None:
             self._run(self._server.start())
         self._backend = self._run(self._start_backend())

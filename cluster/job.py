@@ -23,6 +23,7 @@ from cluster.run_config import RunConfig
 from cluster.run_home import resolve_run_dir
 from cluster.swe_outputs import model_name, write_swe_outputs
 from rollout.config import load_config, validate
+from rollout.errors import ConfigError
 from rollout.dataset import load_tasks, row_hash, select
 from rollout.manifest import build_manifest
 from rollout.records import RolloutResult, Task
@@ -163,9 +164,15 @@ async def start_served_model(job: Job) -> Any:
     section, farm = job.config.serve, job.config.farm
     model_id = section.model_id or job.config.model.get("model") or "scripted"
     if section.app != "endpoint":  # on this thread: Ray wants the main one; nothing else runs on the loop yet
-        connect(farm.address, num_cpus=farm.num_cpus, dashboard=farm.dashboard, out=job.out)
-    return apps.start(section, model_id, base_url=job.config.model.get("base_url"), dataset=str(job.dataset_path),
-                      out=job.out)
+        connect(farm.address, num_cpus=apps.cluster_cpus(section, farm.num_cpus), dashboard=farm.dashboard,
+                out=job.out)
+    try:
+        return apps.start(section, model_id, base_url=job.config.model.get("base_url"),
+                          dataset=str(job.dataset_path), out=job.out)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot start: say so in one line, run nothing
+        last = str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else ""
+        raise ConfigError(f"the {section.app} application did not start: {type(exc).__name__}: {last}",
+                          "serve") from None
 
 
 def mark_live_finished(run_dir: Path) -> None:

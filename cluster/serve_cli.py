@@ -51,7 +51,8 @@ def serve_main(argv: list[str]) -> int:
     address = args.address or os.environ.get("RAY_ADDRESS")
     farm = raw.get("farm") or {}
     if section.app != "endpoint":
-        connect(address, num_cpus=farm.get("num_cpus"), dashboard=bool(farm.get("dashboard")))
+        connect(address, num_cpus=apps.cluster_cpus(section, farm.get("num_cpus")),
+                dashboard=bool(farm.get("dashboard")))
     served = apps.start(section, model_id, base_url=(raw.get("model") or {}).get("base_url"), dataset=dataset)
     print(served.base_url, flush=True)
     if address or section.app == "endpoint":

@@ -92,7 +92,8 @@ def segments(steps: Sequence[Any], on_break: Literal["split", "mask"] = "split")
         seg = out[-1]
         seg.response_ids += completion
         seg.loss_mask += [1] * len(completion)
-        seg.logprobs += [float(x) for x in logprobs[: len(completion)]] + [0.0] * max(0, len(completion) - len(logprobs))
+        sampled = [float(x) for x in logprobs[: len(completion)]]
+        seg.logprobs += sampled + [0.0] * (len(completion) - len(sampled))
         seg.turns.append(k)
         seen = prompt + completion
     if on_break == "mask":

@@ -13,7 +13,8 @@ def step(prompt, completion, logprobs=None):
 
 
 def test_a_contiguous_rollout_is_one_segment_with_observations_masked():
-    steps = [step([1, 2], [3, 4], [-0.1, -0.2]), step([1, 2, 3, 4, 9, 9], [5], [-0.3]), step([1, 2, 3, 4, 9, 9, 5, 8], [6])]
+    steps = [step([1, 2], [3, 4], [-0.1, -0.2]), step([1, 2, 3, 4, 9, 9], [5], [-0.3]),
+             step([1, 2, 3, 4, 9, 9, 5, 8], [6])]
     assert has_token_data(steps) and contiguity_breaks(steps) == []
     (only,) = segments(steps)
     assert only.prompt_ids == [1, 2]

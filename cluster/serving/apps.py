@@ -4,6 +4,7 @@ it on the connected Ray cluster, wait until it answers, give the base URL, delet
 from __future__ import annotations
 
 import functools
+import os
 import socket
 import sys
 import time
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from cluster.serving.config import ServeSection
+
+MIN_VLLM_CPUS = 4
+"""Ray Serve LLM places an engine with its ingress in a placement group: fewer logical CPUs and it never starts."""
 
 
 @dataclass
@@ -63,6 +67,7 @@ class FarmModel:
 
     def __init__(self, section: ServeSection, source: Any, model_id: str, base_url: str | None = None):
         self.section, self.source, self.base_url = section, source, base_url
+        self.cluster_cpus = cluster_cpus(section, None)
         self.model_id = section.model_id or model_id
         self.served: ServedModel | None = None
 
@@ -83,6 +88,14 @@ class FarmModel:
         if self.served is None:
             raise RuntimeError("the farm's model is not deployed yet (start the farm first)")
         return self.served.controls()
+
+
+def cluster_cpus(section: ServeSection, num_cpus: int | None) -> int | None:
+    """Logical CPUs for an embedded cluster: a vLLM engine's placement needs at least 4 (``farm.num_cpus`` wins;
+    on a 2-core machine 4 logical CPUs are fine), anything else the machine's count."""
+    if num_cpus is not None or section.app != "vllm":
+        return num_cpus
+    return max(MIN_VLLM_CPUS, os.cpu_count() or 1)
 
 
 def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None) -> Any:

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -49,7 +50,7 @@ class VllmProcessServer:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = f"/tmp/rollout-farm-vllm-{self.port}.log"
+        self.log_path = os.path.join(tempfile.gettempdir(), f"rollout-farm-vllm-{self.port}.log")
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - the process writes to it for its whole life
         command = engine_command(model_source, model_id, self.port, engine_kwargs)
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,

@@ -3,12 +3,13 @@ construction, never a decode → re-encode round trip.
 
 Turn 1's prompt is the conversation as the server's ``/tokenize`` renders it (chat template, tools, generation
 prompt), or the model's own tokenizer in this process when ``tokenizer`` names it (Ray Serve LLM 2.60's
-``/tokenize`` does not work with vLLM 0.32: it looks the tokenizer up under an old name). Turn k's prompt is turn k-1's prompt ids + its completion ids + the template's end-of-turn tokens the
-completion lacks + the ids of the messages added since (the observation delta), rendered by ``/tokenize`` as the
-difference between the conversation with them and without them. The prompt goes to ``/v1/completions`` as token
-ids; the completion text is parsed for tool calls here (the server's chat parser is not in this path). When the
-agent rewrites earlier messages (a conversation that is not append-only), or the template does not render the
-conversation append-only, the stream starts over from a fresh rendering; the contiguity check
+``/tokenize`` does not work with vLLM 0.32: it looks the tokenizer up under an old name). Turn k's prompt is
+turn k-1's prompt ids + its completion ids + the template's end-of-turn tokens the completion lacks + the ids of
+the messages added since (the observation delta), rendered as the difference between the conversation with them
+and without them. The prompt goes to ``/v1/completions`` as token ids; the completion text is parsed for tool
+calls here (the server's chat parser is not in this path). When the agent rewrites earlier messages (a
+conversation that is not append-only), or the template does not render the conversation append-only, the stream
+starts over from a fresh rendering; the contiguity check
 (``rollout.tokens``) then reports the break.
 """
 

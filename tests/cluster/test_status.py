@@ -16,6 +16,8 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 from cluster import job as jobs
 from cluster import live
 from cluster.driver import Driver
@@ -90,7 +92,20 @@ def wait_for(what: str, condition, timeout: float = 90.0):
 
 def start_run(config: Path, home: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "cluster", "run", "--local", str(config)], env=cli_env(home),
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=(home / "run.stderr").open("w"),
+                            start_new_session=True)
+
+
+def exit_code_after_interrupt(proc: subprocess.Popen, home: Path, timeout: float = 60) -> int:
+    """SIGINT, then the exit code; when the run does not stop in time, what it printed and what its processes
+    were doing (the failure to look at)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        ps = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)], capture_output=True, text=True)
+        pytest.fail(f"the run did not stop within {timeout:g}s of SIGINT; its processes:\n{ps.stdout}\n"
+                    f"its stderr:\n{(home / 'run.stderr').read_text()[-3000:]}")
 
 
 def live_when(run_dir: Path, condition):
@@ -137,8 +152,8 @@ def test_status_of_a_running_run_lists_its_rollouts_and_flags_the_hanging_one(tm
         assert "sleep 300" in row_of(patient.stdout, "hang")  # the hanging command shows while it runs
         assert row_of(patient.stdout, "busy")
 
-        proc.send_signal(signal.SIGINT)  # Ctrl-C: the run stops its commands and says so in live.json
-        assert proc.wait(timeout=60) == 130
+        # Ctrl-C: the run stops its commands and says so in live.json
+        assert exit_code_after_interrupt(proc, tmp_path) == 130
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
