@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -22,6 +23,17 @@ def _docker_answers() -> bool:
     if shutil.which("docker") is None:
         return False
     return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_reaches_children():
+    """A test that presses Ctrl-C on a child (SIGINT) needs the child to take it. A shell started in the
+    background without job control (``.ci/run &``) ignores SIGINT, and an ignored signal stays ignored in every
+    process it starts, so the child would never see it: give this process Python's handler back (a handled
+    signal is reset to its default on exec, and Python then installs its own in the child)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(scope="session")
