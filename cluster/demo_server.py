@@ -45,6 +45,8 @@ class DemoServer:
     """A farm's ``fake_server`` section served for as long as the farm lives; ``start`` points the source's
     model at it. Nothing happens without that section."""
 
+    needs_ray = False
+
     def __init__(self, section: Any, source: Any, remote: bool = False):
         self.section, self.source, self.remote, self.server = section, source, remote, None
 
@@ -52,8 +54,6 @@ class DemoServer:
         if self.section is not None:
             self.server = await start_demo_server(self.section, remote=self.remote)
             self.source.base_url = self.server.url
-
-    needs_ray = False
 
     def controls(self) -> Any:
         from cluster.serving.controls import EndpointControls, ScriptedControls

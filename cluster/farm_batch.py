@@ -16,8 +16,7 @@ from rollout.runner import failure_result
 
 def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] = ()) -> tuple[Any, Any, dict]:
     """(the workers' source, the model server of a ``serve`` or ``fake_server`` section, the farm's settings) from
-    a run config
-    (files merged in order, or a dict; ``dataset`` is not needed), validated once."""
+    a run config (files merged in order, or a dict; ``dataset`` is not needed), validated once."""
     from cluster.backends import farm_settings
     from cluster.compose import Composer
     from cluster.demo_server import DemoServer, joins_cluster
@@ -39,8 +38,7 @@ def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] =
     if run_config.serve is not None:
         from cluster.serving.apps import FarmModel
 
-        server = FarmModel(run_config.serve, source, run_config.model.get("model") or "scripted",
-                           base_url=run_config.model.get("base_url"))
+        server = FarmModel(run_config.serve, source, run_config.model)
     else:
         server = DemoServer(run_config.fake_server, source, remote=joins_cluster(run_config.farm))
     return source, server, farm_settings(run_config, composer)

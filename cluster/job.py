@@ -162,7 +162,7 @@ async def start_served_model(job: Job) -> Any:
     from cluster.workers.ray_session import connect
 
     section, farm = job.config.serve, job.config.farm
-    model_id = section.model_id or job.config.model.get("model") or "scripted"
+    model_id = section.served_name(job.config.model)
     if section.app != "endpoint":  # on this thread: Ray wants the main one; nothing else runs on the loop yet
         connect(farm.address, num_cpus=apps.cluster_cpus(section, farm.num_cpus), dashboard=farm.dashboard,
                 out=job.out)

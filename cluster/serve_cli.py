@@ -44,7 +44,7 @@ def serve_main(argv: list[str]) -> int:
     section = validate(ServeSection, raw["serve"], prefix="serve")
     port = args.port if args.port is not None else section.port or 8000
     section = section.model_copy(update={"port": port, "keep": True})
-    model_id = section.model_id or (raw.get("model") or {}).get("model") or "scripted"
+    model_id = section.served_name(raw.get("model"))
     dataset = None
     if section.app == "scripted" and raw.get("dataset"):
         dataset = str(dataset_file(validate(DatasetConfig, raw["dataset"], prefix="dataset"), paths[0]))

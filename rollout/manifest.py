@@ -49,8 +49,7 @@ NON_RESULT_KEYS: tuple[str, ...] = (
     # Speed and injected faults of the test-double model server, not what it answers.
     "fake_server.latency",
     "fake_server.faults",
-    # Where and how the served model runs (not which model or policy: serve.app, model_source, policy,
-    # engine_kwargs and llm_config stay result-affecting).
+    # Where and how the served model runs (not which model, policy or engine arguments).
     "serve.name",
     "serve.route_prefix",
     "serve.host",

@@ -65,10 +65,10 @@ class FarmModel:
 
     needs_ray = True
 
-    def __init__(self, section: ServeSection, source: Any, model_id: str, base_url: str | None = None):
-        self.section, self.source, self.base_url = section, source, base_url
+    def __init__(self, section: ServeSection, source: Any, model: dict[str, Any]):
+        self.section, self.source, self.base_url = section, source, model.get("base_url")
         self.cluster_cpus = cluster_cpus(section, None)
-        self.model_id = section.model_id or model_id
+        self.model_id = section.served_name(model)
         self.served: ServedModel | None = None
 
     async def start(self) -> None:

@@ -88,6 +88,10 @@ class ServeSection(StrictModel):
             raise ValueError("serve.model_source is required for app: vllm (a local model directory)")
         return self
 
+    def served_name(self, model: dict[str, Any] | None) -> str:
+        """The served model's name: ``model_id``, else what the ``model`` section sends, else ``scripted``."""
+        return self.model_id or (model or {}).get("model") or "scripted"
+
     def num_replicas_options(self) -> dict[str, Any]:
         """Deployment options with this section's defaults under what ``deployment`` says."""
         options: dict[str, Any] = {"max_ongoing_requests": self.max_ongoing_requests}

@@ -27,6 +27,8 @@ class ScriptedPolicyServer:
     async def __call__(self, request: Any) -> Any:
         from starlette.responses import Response
 
+        from rollout.models.fake_server import error_body
+
         path, method = app_path(request).rstrip("/"), request.method
         headers = {"x-serve-replica": self.replica}
         model = self.server.config.model
@@ -39,13 +41,15 @@ class ScriptedPolicyServer:
         elif method == "GET" and "/models/" in path:
             name = path.split("/models/", 1)[1]
             status, payload = (200, self.server.models_json()["data"][0]) if name == model else (
-                404, _not_found(f"The model `{name}` does not exist."))
+                404, error_body(f"The model `{name}` does not exist.", 404, kind="NotFoundError",
+                                 code="model_not_found"))
         elif path in ("/health", "/v1/health"):
             status, payload = 200, {"status": "ok"}
         elif method == "POST" and path.endswith("/sessions/release"):
             status, payload = 200, {"released": True}
         else:
-            status, payload = 404, _not_found(f"{method} {path} is not a route of this server")
+            status, payload = 404, error_body(f"{method} {path} is not a route of this server", 404,
+                                              kind="NotFoundError")
         return Response(json.dumps(payload), status_code=status, headers=headers, media_type="application/json")
 
 
@@ -53,10 +57,6 @@ def app_path(request: Any) -> str:
     """The request's path below the application's route prefix."""
     path, root = request.scope["path"], request.scope.get("root_path", "")
     return path[len(root):] if root and path.startswith(root) else path
-
-
-def _not_found(message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "NotFoundError", "param": None, "code": 404}}
 
 
 def build(server_config: dict[str, Any], options: dict[str, Any]) -> Any:

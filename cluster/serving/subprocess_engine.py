@@ -45,7 +45,7 @@ def engine_command(model_source: str, model_id: str, port: int, engine_kwargs: d
 
 class VllmProcessServer:
     def __init__(self, app: str, model_source: str, model_id: str, engine_kwargs: dict[str, Any],
-                 ready_timeout: float, env: dict[str, str]):
+                 ready_timeout: float):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
@@ -54,7 +54,7 @@ class VllmProcessServer:
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - the process writes to it for its whole life
         command = engine_command(model_source, model_id, self.port, engine_kwargs)
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "VLLM_SERVER_DEV_MODE": "1", **env})
+                                        env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
         self._wait_ready(ready_timeout)
         from ray.experimental import internal_kv
 
@@ -119,7 +119,6 @@ class VllmProcessServer:
 
 def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
     kwargs = dict(section.engine_kwargs)
-    env = {}
     if section.cpu:
         from cluster.serving.vllm_app import CPU_MEMORY_FRACTION
 
@@ -128,7 +127,7 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
     options.setdefault("ray_actor_options", {"num_cpus": 1})
     deployment = serve.deployment(VllmProcessServer, name="VllmProcessServer")
     return deployment.options(**options).bind(section.name, section.model_source, model_id, kwargs,
-                                              section.ready_timeout, env)
+                                              section.ready_timeout)
 
 
 def engine_urls(app: str) -> list[str]:

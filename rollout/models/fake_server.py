@@ -110,7 +110,7 @@ class FakeServer:
             self.set_faults(FaultsConfig.model_validate(await request.json()))
         except (ValueError, ValidationError) as exc:
             msg = str(config_error(exc, "faults")) if isinstance(exc, ValidationError) else "body is not JSON"
-            return web.json_response(_error(msg, 400), status=400)
+            return web.json_response(error_body(msg, 400), status=400)
         return web.json_response(self.faults.model_dump())
 
     async def _chat(self, request: web.Request) -> web.Response:
@@ -128,7 +128,7 @@ class FakeServer:
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:  # answered like any other status, so that stats count it
-            return 413, _error(exc.text or "request body too large", 413), None
+            return 413, error_body(exc.text or "request body too large", 413), None
         return await self.answer(raw, request.headers.get("X-Rollout-Id", ""))
 
     async def answer(self, raw: bytes, rollout_header: str = "") -> tuple[int, dict[str, Any], dict[str, str] | None]:
@@ -140,11 +140,11 @@ class FakeServer:
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            return 400, _error("body must be a JSON object with messages: a list of message objects", 400), None
+            return 400, error_body("body must be a JSON object with messages: a list of message objects", 400), None
         if body.get("stream"):
-            return 400, _error("the fake server does not stream", 400), None
+            return 400, error_body("the fake server does not stream", 400), None
         if self.config.check_model and body.get("model") != self.config.model:
-            return 404, _error(f"The model `{body.get('model')}` does not exist; this server serves "
+            return 404, error_body(f"The model `{body.get('model')}` does not exist; this server serves "
                                f"`{self.config.model}`.", 404, kind="NotFoundError", code="model_not_found"), None
         meta = meta_from_request(body, rollout_header)
         faults = self.faults
@@ -152,30 +152,31 @@ class FakeServer:
         if faulty:
             if faults.max_request_bytes is not None and len(raw) > faults.max_request_bytes:
                 message = f"request body of {len(raw)} bytes is over the limit of {faults.max_request_bytes}"
-                return 413, _error(message, 413), None
+                return 413, error_body(message, 413), None
             if faults.hang:
                 await asyncio.sleep(faults.hang)
             if faults.fail_first_n or faults.rate_limit_first_n:  # count only then: a server must not grow
                 self._seen[meta.rollout_id] += 1
                 n = self._seen[meta.rollout_id]
                 if n <= faults.fail_first_n:
-                    return faults.status, _error(f"injected failure {n} of {faults.fail_first_n}", faults.status), None
+                    message = f"injected failure {n} of {faults.fail_first_n}"
+                    return faults.status, error_body(message, faults.status), None
                 if n <= faults.fail_first_n + faults.rate_limit_first_n:
-                    return 429, _error("injected rate limit", 429), {"Retry-After": f"{faults.retry_after:g}"}
+                    return 429, error_body("injected rate limit", 429), {"Retry-After": f"{faults.retry_after:g}"}
             limit = faults.context_length_after_tokens
             if limit is not None and (n_prompt := len(fake_tokens.prompt_token_ids(messages))) > limit:
-                return 400, _error(context_length_error(limit, n_prompt, body.get("max_tokens") or 0), 400), None
+                return 400, error_body(context_length_error(limit, n_prompt, body.get("max_tokens") or 0), 400), None
         if self.config.latency:
             await asyncio.sleep(self.config.latency)
         try:
             response = await self.model.complete(messages, body.get("tools"), meta=meta)
         except ContextLengthExceeded as exc:
-            return 400, _error(f"This model's maximum context length is exceeded: {exc}", 400), None
+            return 400, error_body(f"This model's maximum context length is exceeded: {exc}", 400), None
         except ModelError as exc:
             status = 500 if exc.retryable else 400
-            return status, _error(str(exc), status), None
+            return status, error_body(str(exc), status), None
         except Exception as exc:  # noqa: BLE001 - a broken policy is the server's 500, counted like one
-            return 500, _error(f"policy failed: {type(exc).__name__}: {exc}", 500), None
+            return 500, error_body(f"policy failed: {type(exc).__name__}: {exc}", 500), None
         finally:
             if self._owns_model:  # it keeps every request's identity for tests; a server must not grow
                 self.model.requests.clear()
@@ -193,7 +194,7 @@ def _get(produce: Callable[[], Any]) -> Callable[[web.Request], Awaitable[web.Re
     return handler
 
 
-def _error(message: str, status: int, *, kind: str | None = None, code: str | int | None = None) -> dict[str, Any]:
+def error_body(message: str, status: int, *, kind: str | None = None, code: str | int | None = None) -> dict[str, Any]:
     """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
     kind = kind or ("BadRequestError" if status < 500 else "InternalServerError")
     return {"error": {"message": message, "type": kind, "param": None, "code": status if code is None else code}}
