@@ -121,6 +121,13 @@ class RolloutFarm(FarmControls):
         self.start()
         return self._run(self.agenerate(tasks, n, deadline=deadline, seed=seed))
 
+    def submit(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None) -> Any:
+        """``generate`` without waiting, from any thread or event loop (a server's handlers): a
+        ``concurrent.futures.Future`` of the batch (``asyncio.wrap_future`` awaits it). ``start`` first."""
+        if self._backend is None or self._closed:
+            raise RuntimeError("this RolloutFarm is not started (call start()) or is closed")
+        return self._loop_thread.submit(self.agenerate(tasks, n, deadline=deadline))
+
     async def agenerate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
                         seed: int | None = None, on_result: Callable[[RolloutResult], Any] | None = None) -> Batch:
         """``generate`` for code already on the farm's loop (or wrap with ``stream`` from another loop)."""

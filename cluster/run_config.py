@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from cluster.gym.config import GymSection
 from cluster.serving.config import ServeSection
 from rollout.config import StrictModel
 from rollout.paths import name_problem
@@ -122,6 +123,8 @@ class RunConfig(StrictModel):
     output: OutputConfig = Field(default_factory=OutputConfig)
     farm: FarmConfig = Field(default_factory=FarmConfig)
     fake_server: FakeServerSection | None = None
+    gym: GymSection | None = None
+    """The NeMo-Gym-compatible agent server (``rollout gym serve``): address, episode limits."""
     serve: ServeSection | None = None
     """The model on Ray Serve for this run (``cluster.serving``): deployed when the run starts, its URL given to
     the model client, deleted when the run ends."""

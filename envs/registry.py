@@ -9,6 +9,8 @@ ENVIRONMENTS = Registry("environment", {
     "step": "envs.step_env:StepEnvironmentAdapter",
     "shell": "envs.shell_env:ShellEnvironment",
     "swe": "envs.swe.swe_env:SweEnvironment",
+    "aviary": "envs.resources.aviary_env:AviaryEnvironment",
+    "resources": "envs.resources.client:ResourcesEnvironment",
 })
 RUNTIMES = Registry("runtime", {
     "null": "envs.runtimes.null_runtime:NullRuntime",

@@ -47,6 +47,8 @@ async def run_rollout(
     sampling: dict[str, Any] | None = None,
 ) -> RolloutResult:
     meta = meta or RequestMeta(rollout_id=f"{task.task_id}#0", task_id=task.task_id)
+    if task.data.get("sampling"):  # the task's own sampling (a Responses row's temperature, max_output_tokens)
+        sampling = {**(sampling or {}), **dict(task.data["sampling"])}
     ctx = RolloutContext(meta, limits, observers, sampling)
     ctx.emitter.emit(events.ROLLOUT_STARTED, sample_index=meta.sample_index, attempt=meta.attempt)
     t0 = time.perf_counter()

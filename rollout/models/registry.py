@@ -16,6 +16,7 @@ POLICIES = Registry("policy", {
     "gold": "rollout.models.swe_policies:gold",
     "empty": "rollout.models.swe_policies:empty",
     "replay": "rollout.models.swe_policies:replay",
+    "calculator": "rollout.models.tool_policies:calculator",
 })
 """Policies a scripted model or the fake server takes by short name; others by dotted path (``cluster`` turns
 the other packages' short names, such as ``demo``, into their paths first)."""

@@ -18,11 +18,10 @@ import json
 import time
 from typing import Any, Mapping
 
+from rollout.models.responses_items import response_envelope
+
 PASSED_THROUGH = ("model", "temperature", "top_p", "parallel_tool_calls", "seed", "stop", "metadata", "user")
 """Request fields that mean the same in both APIs."""
-ECHOED = ("model", "instructions", "tools", "tool_choice", "temperature", "top_p", "max_output_tokens",
-          "parallel_tool_calls", "metadata")
-"""Request fields a Responses object repeats."""
 _ids = itertools.count(1)
 
 
@@ -137,19 +136,10 @@ def response_object(completion: Mapping[str, Any], params: Mapping[str, Any]) ->
     for item in output:
         item.update(tokens)
     usage = completion.get("usage") or {}
-    truncated = choice.get("finish_reason") == "length"
-    reply = {
-        "id": f"resp_{next(_ids)}", "object": "response", "created_at": int(time.time()),
-        "status": "incomplete" if truncated else "completed",
-        "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
-        "output": output,
-        "usage": {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0),
-                  "total_tokens": usage.get("total_tokens", 0)},
-        "error": None,
-    }
-    reply.update({name: params.get(name) for name in ECHOED})
-    reply["model"] = completion.get("model") or params.get("model")
-    return reply
+    counts = (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), usage.get("total_tokens", 0))
+    return response_envelope(params, output, model=completion.get("model"), usage=counts,
+                             truncated=choice.get("finish_reason") == "length", response_id=f"resp_{next(_ids)}",
+                             created_at=int(time.time()))
 
 
 def _token_fields(completion: Mapping[str, Any], choice: Mapping[str, Any]) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def test_a_chat_completion_becomes_message_and_function_call_items_with_the_toke
     for item in reply["output"]:  # what NeMo RL reads, on every output item of the turn
         assert item["prompt_token_ids"] == [1, 2, 3] and item["generation_token_ids"] == [7, 8]
         assert item["generation_log_probs"] == [-0.5, -0.25]
-    assert reply["usage"] == {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
+    assert {k: reply["usage"][k] for k in ("input_tokens", "output_tokens", "total_tokens")} == {
+        "input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
     assert reply["tools"] == TOOLS and reply["temperature"] == 0.2
 
 

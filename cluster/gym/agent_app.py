@@ -1,0 +1,189 @@
+"""The NeMo-Gym-compatible agent server: a FastAPI app over a ``RolloutFarm``, so every episode runs on the farm's
+workers with its limits, retries, metrics and live view.
+
+Routes:
+- ``POST /run``, legacy body (a row: ``responses_create_params`` + task fields): seed → tool loop → verify; answers
+  the verify response (the row's fields, ``response``: a Responses object with ``message``/``function_call``/
+  ``function_call_output`` items and the engine's token ids on the model's items, ``reward``, ``mask_sample``,
+  ``failure_kind``, ``failure_reason``). A rollout whose model or environment kept failing after the farm's
+  retries: HTTP 502 ``{"error": {"type", "message"}}``; a body we cannot read: 422; no place within
+  ``queue_timeout``: 503.
+- ``POST /run``, episode body (NeMo Gym 0.7.0: ``{episode_id, task}``): always 200 with ``{episode_id, task_id}``
+  and exactly one of ``result`` (the verify response) or ``failure`` (``cluster.gym.rows.FAILURES``).
+- ``POST /v1/responses``: the tool loop alone on a Responses request (tools called with the caller's cookies;
+  no seed, no verify); 501 for agents without one (the Mini SWE agent, as NeMo Gym's).
+- ``GET /health``; the per-rollout model gateway's routes when one is configured.
+
+Limits: ``max_concurrent_episodes`` (the rest wait up to ``queue_timeout``), ``episode_timeout`` (the farm's
+deadline for the call: retries included).
+"""
+
+import asyncio
+import json
+from typing import Any
+
+from cluster.gym.config import GymSection
+from cluster.gym.rows import RowError, episode_reply, episode_task, failure_of, legacy_task, verify_reply
+from rollout.records import RolloutResult, Task
+
+NO_RESPONSES_API = frozenset({"mini_swe"})
+"""Agent types whose ``/v1/responses`` answers 501 (they own the whole episode)."""
+
+
+class Admission:
+    """At most ``limit`` episodes at once; a waiter gives up after ``timeout`` seconds."""
+
+    def __init__(self, limit: int | None, timeout: float):
+        self.semaphore = asyncio.Semaphore(limit) if limit else None
+        self.timeout = timeout
+        self.waiting = 0
+
+    async def enter(self) -> bool:
+        if self.semaphore is None:
+            return True
+        self.waiting += 1
+        try:
+            await asyncio.wait_for(self.semaphore.acquire(), self.timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self.waiting -= 1
+
+    def leave(self) -> None:
+        if self.semaphore is not None:
+            self.semaphore.release()
+
+
+class EpisodeRunner:
+    """One task through the farm (from the server's event loop), and what the farm's profiles are."""
+
+    def __init__(self, farm: Any, settings: GymSection):
+        self.farm, self.settings = farm, settings
+        composer = getattr(farm.source, "composer", None)
+        profiles = getattr(composer, "profiles", {}) or {}
+        self.profiles = [name for name in profiles if name is not None]
+        self.agent_types = {name: getattr(getattr(p.agent, "config", None), "type", None)
+                            for name, p in profiles.items()}
+        self._keys = 0
+
+    def next_key(self, prefix: str) -> str:
+        self._keys += 1
+        return f"{prefix}-{self._keys}"
+
+    def agent_type(self, task: Task) -> str | None:
+        return self.agent_types.get(task.data.get("profile"), self.agent_types.get(None))
+
+    async def run(self, task: Task) -> RolloutResult:
+        future = self.farm.submit([task], 1, deadline=self.settings.episode_timeout)
+        batch = await asyncio.wrap_future(future)
+        results = [r for group in [*batch.groups, *batch.dropped] for r in group.results]
+        if not results:
+            raise RuntimeError(f"the farm returned no result for {task.task_id}")
+        return results[0]
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Any:
+    from starlette.responses import Response
+
+    return Response(json.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def _error(status: int, kind: str, message: str) -> Any:
+    return _json(status, {"error": {"type": kind, "message": message[:4000]}})
+
+
+async def _body(request: Any) -> Any:
+    try:
+        return json.loads(await request.body() or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RowError(f"body: not JSON ({exc})") from None
+
+
+def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
+    """The agent server's FastAPI app around ``runner``; ``gateway``: an APIRouter to mount (or None)."""
+    from fastapi import FastAPI, Request
+
+    settings = runner.settings
+    admission = Admission(settings.max_concurrent_episodes, settings.queue_timeout)
+    app = FastAPI(title="rollout-farm agent server")
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"status": "ok", "waiting": admission.waiting}
+
+    @app.post("/run")
+    async def run(request: Request) -> Any:
+        try:
+            body = await _body(request)
+        except RowError as exc:
+            return _error(422, "invalid_request", str(exc))
+        if isinstance(body, dict) and "episode_id" in body and "task" in body:
+            return await _episode(body)
+        try:
+            task = legacy_task(body, runner.next_key("run"), cookies=dict(request.cookies),
+                               profiles=runner.profiles)
+        except RowError as exc:
+            return _error(422, "invalid_request", str(exc))
+        if not await admission.enter():
+            return _error(503, "admission_timeout", f"no place for the episode within {settings.queue_timeout:g}s")
+        try:
+            result = await runner.run(task)
+        finally:
+            admission.leave()
+        if result.status != "completed":
+            message = result.error.message if result.error else result.exit_reason.value
+            return _error(502, result.exit_reason.value, message)
+        return _json(200, verify_reply(result, task.data["gym"]["row"]))
+
+    async def _episode(body: dict[str, Any]) -> Any:
+        episode_id = body.get("episode_id")
+        task_id = (body.get("task") or {}).get("task_id") if isinstance(body.get("task"), dict) else None
+        try:
+            task, episode_id, task_id = episode_task(body, runner.profiles)
+        except RowError as exc:
+            if isinstance(episode_id, dict) and isinstance(task_id, dict):
+                return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "bad_request",
+                                                                                       str(exc))))
+            return _error(422, "invalid_request", str(exc))
+        if not await admission.enter():
+            reason = f"episode admission timed out after {settings.queue_timeout:g}s"
+            return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "admission_timeout",
+                                                                                   reason)))
+        try:
+            result = await runner.run(task)
+        except Exception as exc:  # noqa: BLE001 - an unhandled error is a terminal failure, not a 500
+            reason = f"unhandled agent server error: {type(exc).__name__}: {exc}"
+            return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "internal_error", reason)))
+        finally:
+            admission.leave()
+        if result.status != "completed" and result.exit_reason.value == "deadline_exceeded":
+            reason = f"episode timed out after {settings.episode_timeout:g}s"
+            return _json(200, episode_reply(episode_id, task_id, failure=failure_of(result, "episode_timeout",
+                                                                                   reason)))
+        return _json(200, episode_reply(episode_id, task_id, result, row=task.data["gym"]["row"]))
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:
+        try:
+            params = await _body(request)
+            task = legacy_task({"responses_create_params": params}, runner.next_key("responses"),
+                               mode="responses", cookies=dict(request.cookies), profiles=runner.profiles)
+        except RowError as exc:
+            return _error(422, "invalid_request", str(exc).replace("body.responses_create_params", "body"))
+        if runner.agent_type(task) in NO_RESPONSES_API:
+            return _error(501, "not_implemented", "this agent runs whole episodes only: use POST /run")
+        if not await admission.enter():
+            return _error(503, "admission_timeout", f"no place for the request within {settings.queue_timeout:g}s")
+        try:
+            result = await runner.run(task)
+        finally:
+            admission.leave()
+        if result.status != "completed":
+            message = result.error.message if result.error else result.exit_reason.value
+            return _error(502, result.exit_reason.value, message)
+        return _json(200, result.reward_details.get("response") or {})
+
+    if gateway is not None:
+        app.include_router(gateway)
+    return app

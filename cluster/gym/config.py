@@ -1,0 +1,29 @@
+"""The ``gym`` section of a run config: the NeMo-Gym-compatible agent server's address and limits."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from rollout.config import StrictModel
+
+
+class GymSection(StrictModel):
+    host: str = "127.0.0.1"
+    """Where the agent server listens (``rollout gym serve``); 0.0.0.0 to be reachable from other machines."""
+    port: int = Field(default=8000, ge=0, le=65535)
+    """Its port (0: any free port)."""
+    max_concurrent_episodes: int | None = Field(default=256, ge=1)
+    """Episodes run at once; more wait up to ``queue_timeout`` for a place (None: no limit)."""
+    queue_timeout: float = Field(default=600.0, gt=0)
+    """Seconds an episode may wait for a place; then it fails at the ``admission`` stage (non-terminal)."""
+    episode_timeout: float | None = Field(default=21600.0, gt=0)
+    """Seconds one episode may take, retries included; then it fails as ``agent_timeout`` (non-terminal)."""
+    cleanup_timeout: float = Field(default=30.0, gt=0)
+    """Seconds the resources server's ``/close_session`` may take (given to resources environments)."""
+    serve: bool = False
+    """Run the agent server as a Ray Serve deployment (behind Serve's HTTP proxy) instead of in this process."""
+    route_prefix: str = "/"
+    """The Serve application's route prefix."""
+    gateway: str | None = None
+    """Upstream OpenAI-compatible base URL for the per-rollout model gateway (``/rollouts/<id>/v1``); None: the
+    run's model URL when it has one, else no gateway."""

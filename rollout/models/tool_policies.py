@@ -1,0 +1,58 @@
+"""A scripted policy for function-calling tasks over a resources server: it plays the calculator task family
+(``envs.resources.calc_server``) the way a good model would, and misbehaves on request so every termination and
+error row of the agent server can be exercised end to end.
+
+``calculator``: turn 1 calls the ``calculator`` tool on the expression of the first user message ("Compute <e>.");
+after the tool's output it answers "The result is <the output's last number>." (no tool calls: the episode ends).
+A tag in the user message makes it misbehave instead: ``[loop]`` calls the tool forever (``max_steps``),
+``[long]`` is cut at the output limit (``finish_reason: length``), ``[bad-args]`` sends arguments that are not
+JSON on its first call, ``[unknown-tool]`` calls a tool nobody offered first, ``[wrong]`` answers off by one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rollout.context import message_text
+from rollout.models.scripted import Output, PolicyContext
+from rollout.records import Message
+
+EXPRESSION = re.compile(r"Compute (.+?)\.(?:\s|$)")
+
+
+def _call(name: str, arguments: object, turn: int) -> Output:
+    return {"content": None, "tool_calls": [{"id": f"call_{turn}", "name": name, "arguments": arguments}]}
+
+
+def _result(output: str) -> float | None:
+    """The number a tool answered (``{"result": n}``), or None for an error or anything else."""
+    try:
+        value = json.loads(output).get("result")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def calculator(messages: list[Message], ctx: PolicyContext) -> Output:
+    first = next((message_text(m) for m in messages if m.get("role") == "user"), "")
+    turn = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+    match = EXPRESSION.search(first)
+    expression = match.group(1) if match else first
+    if "[long]" in first:
+        return {"content": "Let me think about this at length " + "and more " * 50, "finish_reason": "length"}
+    if "[loop]" in first:
+        return _call("calculator", json.dumps({"expression": expression}), turn)
+    if turn == 1 and "[bad-args]" in first:
+        return _call("calculator", '{"expression": ', turn)
+    if turn == 1 and "[unknown-tool]" in first:
+        return _call("abacus", json.dumps({"expression": expression}), turn)
+    last = messages[-1] if messages else {}
+    result = _result(message_text(last)) if last.get("role") == "tool" else None
+    if result is not None:
+        value = result + (1 if "[wrong]" in first else 0)
+        shown = int(value) if value == int(value) else value
+        return f"The calculator says so. The result is {shown}."
+    if turn > 4:
+        return "I could not compute it."
+    return _call("calculator", json.dumps({"expression": expression}), turn)

@@ -1,0 +1,201 @@
+"""The NeMo-Gym-compatible agent server over real HTTP: the calculator resources server, the scripted model on the
+fake server (OpenAI over 127.0.0.1, token ids and logprobs on), the farm behind ``/run``. One test per row of the
+seed's termination and error tables, both contract generations, the limits."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import httpx
+import pytest
+
+from cluster.farm import RolloutFarm
+from cluster.gym.agent_app import EpisodeRunner, build_app
+from cluster.gym.config import GymSection
+from envs.resources.calc_server import calc_rows, create_app
+from envs.resources.serving import serve_in_thread
+
+MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retries": 1, "backoff": 0.0}
+
+
+@pytest.fixture(scope="module")
+def calc():
+    with serve_in_thread(create_app()) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def agent_server(resources_url: str, *, faults: dict | None = None, latency: float = 0.0, max_steps: int = 6,
+                 gym: dict | None = None, backend: str = "local", agent: dict | None = None):
+    config = {"model": MODEL, "fake_server": {"policy": "calculator", "faults": faults or {}, "latency": latency},
+              "agent": agent or {"type": "tool_calling", "max_steps": max_steps},
+              "environment": {"type": "resources", "url": resources_url, "timeout": 10},
+              "farm": {"backend": backend}, "run": {"max_attempts": 2}}
+    farm = RolloutFarm.from_config(config).start()
+    try:
+        runner = EpisodeRunner(farm, GymSection(**(gym or {})))
+        with serve_in_thread(build_app(runner)) as server:
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                yield client
+    finally:
+        farm.close()
+
+
+def row(prompt_tag: str = "", **fields) -> dict:
+    base = calc_rows(1, seed=3)[0]
+    if prompt_tag:
+        base["responses_create_params"]["input"][0]["content"] += f" {prompt_tag}"
+    return {**base, **fields}
+
+
+def episode(body: dict, rollout_id: str = "ep-1") -> dict:
+    return {"episode_id": {"rollout_id": rollout_id, "attempt": 0},
+            "task": {"task_id": {"taskset": "calc", "task_id": body["task_id"]}, "task_input": body}}
+
+
+def kinds(reply: dict) -> list[str]:
+    return [item["type"] for item in reply["response"]["output"]]
+
+
+def test_run_seeds_calls_tools_verifies_and_returns_token_ids(calc):
+    with agent_server(calc.url) as client:
+        reply = client.post("/run", json=row()).json()
+    assert reply["reward"] == 1.0
+    assert kinds(reply) == ["function_call", "function_call_output", "message"]
+    assert reply["expected_answer"] == row()["expected_answer"] and reply["responses_create_params"]
+    assert reply["mask_sample"] is False and reply["failure_kind"] is None and reply["failure_reason"] is None
+    call, _, answer = reply["response"]["output"]
+    for item in (call, answer):
+        assert item["prompt_token_ids"] and item["generation_token_ids"]
+        assert len(item["generation_log_probs"]) == len(item["generation_token_ids"])
+    # turn 2's prompt is turn 1's prompt + its generation + the tool output: one contiguous sequence
+    assert answer["prompt_token_ids"][:len(call["prompt_token_ids"])] == call["prompt_token_ids"]
+    assert reply["response"]["status"] == "completed"
+
+
+def test_episode_contract_returns_a_result_or_a_typed_failure(calc):
+    with agent_server(calc.url) as client:
+        ok = client.post("/run", json=episode(row())).json()
+        assert set(ok) == {"episode_id", "task_id", "result"}
+        assert ok["episode_id"] == {"rollout_id": "ep-1", "attempt": 0} and ok["result"]["reward"] == 1.0
+        assert ok["task_id"] == {"taskset": "calc", "task_id": row()["task_id"]}
+    with agent_server("http://127.0.0.1:9") as client:  # nothing listens: the seed cannot happen
+        failed = client.post("/run", json=episode(row(), "ep-2")).json()
+    assert set(failed) == {"episode_id", "task_id", "failure"}
+    failure = failed["failure"]
+    assert failure["stage"] == "seed" and failure["failure_kind"] == "session_lost"
+    assert failure["terminal"] is False and "unreachable" in failure["failure_reason"]
+    assert len(failure["failure_reason"]) <= 2000
+
+
+def test_max_steps_ends_with_a_partial_rollout(calc):
+    with agent_server(calc.url, max_steps=3) as client:
+        reply = client.post("/run", json=row("[loop]")).json()
+    assert kinds(reply).count("function_call") == 3 and kinds(reply).count("function_call_output") == 3
+    assert reply["reward"] == 0.0 and reply["failure_reason"].startswith("step_limit")
+
+
+def test_max_output_tokens_ends_early_as_incomplete(calc):
+    with agent_server(calc.url) as client:
+        params = row("[long]")
+        params["responses_create_params"]["max_output_tokens"] = 16
+        reply = client.post("/run", json=params).json()
+    assert kinds(reply) == ["message"]
+    assert reply["response"]["status"] == "incomplete"
+    assert reply["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert reply["failure_reason"].startswith("token_limit")
+
+
+def test_a_model_server_500_fails_the_rollout_with_a_502_after_retries(calc):
+    with agent_server(calc.url, faults={"fail_first_n": 1000, "status": 500}) as client:
+        response = client.post("/run", json=row())
+        failed = client.post("/run", json=episode(row(), "ep-3")).json()
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["type"] == "model_error" and "500" in error["message"]
+    assert failed["failure"]["stage"] == "agent", failed
+    assert failed["failure"]["failure_kind"] == "agent_run_error"
+
+
+def test_a_resources_server_500_on_a_tool_becomes_the_output_and_the_loop_goes_on(calc):
+    with agent_server(calc.url) as client:
+        reply = client.post("/run", json=row(fail_tool=True)).json()
+    outputs = [i["output"] for i in reply["response"]["output"] if i["type"] == "function_call_output"]
+    assert len(outputs) >= 2 and all("injected failure" in o for o in outputs)
+    assert kinds(reply)[-1] == "message" and reply["reward"] == 0.0
+
+
+def test_invalid_tool_arguments_are_fed_back_as_the_output(calc):
+    with agent_server(calc.url) as client:
+        reply = client.post("/run", json=row("[bad-args]")).json()
+    first_output = next(i for i in reply["response"]["output"] if i["type"] == "function_call_output")
+    assert "json" in first_output["output"].lower()
+    assert reply["reward"] == 1.0, reply["response"]["output"]  # the model read the feedback and tried again
+
+
+def test_a_tool_nobody_offered_is_an_observation_not_a_route(calc):
+    with agent_server(calc.url) as client:
+        reply = client.post("/run", json=row("[unknown-tool]")).json()
+    first_output = next(i for i in reply["response"]["output"] if i["type"] == "function_call_output")
+    assert "unknown tool 'abacus'" in first_output["output"] and reply["reward"] == 1.0
+
+
+def test_v1_responses_runs_the_tool_loop_alone(calc):
+    with agent_server(calc.url) as client:
+        seeded = httpx.post(f"{calc.url}/seed_session", json=row())
+        client.cookies.update(seeded.cookies)
+        reply = client.post("/v1/responses", json=row()["responses_create_params"])
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["object"] == "response" and [i["type"] for i in body["output"]] == [
+        "function_call", "function_call_output", "message"]
+    assert "reward" not in body
+
+
+def test_the_mini_swe_agent_answers_501_on_v1_responses(calc):
+    with agent_server(calc.url, agent={"type": "mini_swe"}) as client:
+        reply = client.post("/v1/responses", json=row()["responses_create_params"])
+    assert reply.status_code == 501 and "POST /run" in reply.json()["error"]["message"]
+
+
+def test_bad_bodies_get_a_422_naming_the_field(calc):
+    with agent_server(calc.url) as client:
+        missing = client.post("/run", json={"task_id": "x"})
+        wrong = client.post("/run", json={"responses_create_params": {"input": [{"type": "image"}]}})
+        not_json = client.post("/run", content=b"{", headers={"content-type": "application/json"})
+        bad_episode = client.post("/run", json={"episode_id": {"rollout_id": "r-a1", "attempt": 0},
+                                                "task": {"task_id": {"taskset": "t", "task_id": "1"},
+                                                         "task_input": row()}}).json()
+    assert missing.status_code == 422 and "responses_create_params" in missing.json()["error"]["message"]
+    assert wrong.status_code == 422 and "input[0]" in wrong.json()["error"]["message"]
+    assert not_json.status_code == 422
+    assert bad_episode["failure"]["terminal"] is True and bad_episode["failure"]["stage"] == "admission"
+    assert "attempt suffix" in bad_episode["failure"]["failure_reason"]
+
+
+def test_admission_and_episode_timeouts_are_non_terminal_failures(calc):
+    limits = {"max_concurrent_episodes": 1, "queue_timeout": 0.5}
+    with agent_server(calc.url, latency=1.0, gym=limits) as client:
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client.post, "/run", json=episode(row(), "slow-1"))
+            second = pool.submit(client.post, "/run", json=episode(row(), "slow-2"))
+            replies = [first.result().json(), second.result().json()]
+        legacy = client.post("/run", json=row())  # (a place is free again: this one runs)
+    admitted = [r for r in replies if "result" in r]
+    refused = [r["failure"] for r in replies if "failure" in r]
+    assert len(admitted) == 1 and len(refused) == 1
+    assert refused[0]["stage"] == "admission" and refused[0]["terminal"] is False
+    assert legacy.status_code == 200
+    with agent_server(calc.url, latency=2.0, gym={"episode_timeout": 1.0}) as client:
+        timed_out = client.post("/run", json=episode(row(), "slow-3")).json()["failure"]
+    assert timed_out["failure_kind"] == "agent_timeout" and timed_out["terminal"] is False
+
+
+def test_rollouts_run_on_the_farms_ray_workers(calc, ray_cluster):
+    with agent_server(calc.url, backend="ray") as client:
+        replies = [client.post("/run", json=r).json() for r in calc_rows(3, seed=5)]
+    assert [r["reward"] for r in replies] == [1.0, 1.0, 1.0]
+    assert json.dumps(replies)  # plain JSON all the way
