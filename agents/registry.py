@@ -8,6 +8,8 @@ AGENTS = Registry("agent", {
     "tool_calling": "agents.tool_agent:ToolCallingAgent",
     "text_action": "agents.text_agent:TextActionAgent",
     "mini_swe": "agents.swe_agent:MiniSweAgent",
+    "external": "agents.external_agent:ExternalAgent",
+    "aviary": "agents.step_agent:AviaryStepAgent",
 })
 PARSERS = Registry("parser", {
     "openai_tools": "agents.parsers.openai_tools:OpenAIToolsParser",

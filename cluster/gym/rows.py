@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from rollout.models.responses_items import result_response
 from rollout.models.responses_wire import ResponsesFormatError, chat_messages
 from rollout.records import RolloutResult, Task
 
@@ -140,7 +141,8 @@ def verify_reply(result: RolloutResult, row: Mapping[str, Any] | None = None) ->
     over them, and our Responses object (the one ``/verify`` read, with the engine's token data on its items)."""
     details = result.reward_details
     reply = {**(row or {}), **(details.get("verify_response") or {})}
-    reply["response"] = details.get("response") or reply.get("response")
+    params = (row or {}).get("responses_create_params") or {}
+    reply["response"] = details.get("response") or result_response(result, params)  # (SWE: graded in a container)
     reply["reward"] = result.reward
     reply.setdefault("mask_sample", False)
     reply.setdefault("failure_kind", None)

@@ -29,7 +29,7 @@ from typing import Any
 
 from rollout.config import StrictModel
 from rollout.errors import EnvironmentFailure, VerifierError
-from rollout.models.responses_items import response_envelope, trajectory_output
+from rollout.models.responses_items import result_response
 from rollout.models.responses_wire import chat_tools
 from rollout.protocols import EnvReset
 from rollout.records import Action, Observation, Reward, RolloutResult, Task
@@ -172,16 +172,7 @@ class ResourcesEnvironment:
 
     def response(self, result: RolloutResult) -> dict[str, Any]:
         """The rollout as a Responses object (what ``/verify`` reads and ``/run`` returns)."""
-        params = (self.gym.get("row") or {}).get("responses_create_params") or {}
-        traj = result.trajectory
-        steps = traj.steps
-        truncated = bool(steps) and steps[-1].finish_reason == "length"
-        usage = result.usage
-        return response_envelope(params, trajectory_output(traj.messages, steps),
-                                 model=params.get("model"),
-                                 usage=(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
-                                 truncated=truncated, response_id=f"resp_{result.rollout_id}",
-                                 created_at=int(time.time()))
+        return result_response(result, (self.gym.get("row") or {}).get("responses_create_params") or {})
 
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
         response = self.response(result)

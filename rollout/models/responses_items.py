@@ -11,6 +11,7 @@ trains on): every message from the first assistant turn on, in order.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Iterable, Mapping, Sequence
 
 
@@ -99,3 +100,16 @@ def response_envelope(params: Mapping[str, Any], output: list[dict[str, Any]], *
     reply["parallel_tool_calls"] = bool(params.get("parallel_tool_calls", True))
     reply["model"] = model or params.get("model") or ""
     return reply
+
+
+def result_response(result: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished rollout (``rollout.records.RolloutResult``) as the Responses object of the request ``params``:
+    its conversation from the first model turn on, the engine's token data, ``incomplete`` when the last turn was
+    cut at the output limit."""
+    traj, usage = result.trajectory, result.usage
+    steps = traj.steps
+    truncated = bool(steps) and steps[-1].finish_reason == "length"
+    return response_envelope(params, trajectory_output(traj.messages, steps), model=params.get("model"),
+                             usage=(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+                             truncated=truncated, response_id=f"resp_{result.rollout_id}",
+                             created_at=int(time.time()))
