@@ -1,5 +1,5 @@
 """Session-wide fixtures: container engines (skip on a laptop without them, fail in CI), the base
-image, and the check that no labelled container outlives the test session."""
+image, the check that no labelled container outlives the test session, and one Ray cluster."""
 
 from __future__ import annotations
 
@@ -110,3 +110,18 @@ def no_labelled_containers_left():
             leaks.append(f"{engine}: {len(mine)}")
     if leaks:
         pytest.fail(f"containers labelled {LABEL} left after the tests: {', '.join(leaks)}")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One Ray cluster per test session for the tests that run farms in this process (started on first use).
+    Tests that need their own cluster (multi-node, job submit, a killed driver) start it in a subprocess with its
+    own temp dir and tear it down by process id."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    import io
+
+    from cluster.workers.ray_session import connect
+
+    connect(num_cpus=4, out=io.StringIO())  # logical CPUs: a vLLM-on-CPU engine needs 4 (any 2-core machine)
+    yield ray
+    ray.shutdown()

@@ -158,7 +158,9 @@ class ResourcesEnvironment:
         self.closed = True
         try:
             if self.seeded:
-                body = {"resources_session_id": self.session_id, "episode_id": self.gym.get("episode_id")}
+                # the episode contract closes by id; a legacy seed's session is the one its cookie names
+                body = ({"resources_session_id": self.session_id, "episode_id": self.gym.get("episode_id")}
+                        if self.gym.get("mode") == "episode" else {})
                 try:
                     await self._call("close_session", body, self.config.cleanup_timeout)
                 except EnvironmentFailure:

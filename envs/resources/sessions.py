@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SESSION_COOKIE = "resources_session_id"
+VERDICT = ("reward", "mask_sample", "failure_kind", "failure_reason")
 
 ToolHandler = Callable[[Optional["Session"], Any], Awaitable[Any]]  # a JSON-able result or a Response
 
@@ -153,10 +154,6 @@ class ResourcesServer:
         return None
 
 
-def cookie_session(request: Request, store: SessionStore) -> Optional[Session]:
-    return store.get(request.cookies.get(SESSION_COOKIE))
-
-
 async def json_object(request: Request) -> dict:
     try:
         body = json.loads(await request.body() or b"{}")
@@ -193,7 +190,8 @@ def _with_cookie(body: Any, session: Session) -> JSONResponse:
 
 def _tool_route(handler: ToolHandler, store: SessionStore) -> Callable[[Request], Awaitable[Response]]:
     async def route(request: Request) -> Response:
-        session, named = cookie_session(request, store), request.cookies.get(SESSION_COOKIE)
+        named = request.cookies.get(SESSION_COOKIE)
+        session = store.get(named)
         if named and session is None:
             raise Problem(404, f"no session {named!r} on this server (seed one first)", resources_session_id=named)
         if session is not None and session.closed:
@@ -241,8 +239,9 @@ def build_app(server: ResourcesServer, title: str = "resources server") -> FastA
     @app.post("/verify")
     async def verify(request: Request) -> Response:
         body = await json_object(request)
-        fields = await server.verify(body, cookie_session(request, store))
-        return JSONResponse({**body, **fields, "reward": float(fields["reward"])})
+        fields = await server.verify(body, store.get(request.cookies.get(SESSION_COOKIE)))
+        echoed = {key: value for key, value in body.items() if key not in VERDICT}  # the verdict is ours alone
+        return JSONResponse({**echoed, **fields, "reward": float(fields["reward"])})
 
     for name, handler in server.tools().items():
         app.post(f"/{name}")(_tool_route(handler, store))

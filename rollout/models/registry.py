@@ -17,6 +17,8 @@ POLICIES = Registry("policy", {
     "empty": "rollout.models.swe_policies:empty",
     "replay": "rollout.models.swe_policies:replay",
     "calculator": "rollout.models.tool_policies:calculator",
+    "guesser": "rollout.models.tool_policies:guesser",
+    "tool_user": "rollout.models.tool_policies:tool_user",
 })
 """Policies a scripted model or the fake server takes by short name; others by dotted path (``cluster`` turns
 the other packages' short names, such as ``demo``, into their paths first)."""

@@ -7,6 +7,8 @@ after the tool's output it answers "The result is <the output's last number>." (
 A tag in the user message makes it misbehave instead: ``[loop]`` calls the tool forever (``max_steps``),
 ``[long]`` is cut at the output limit (``finish_reason: length``), ``[bad-args]`` sends arguments that are not
 JSON on its first call, ``[unknown-tool]`` calls a tool nobody offered first, ``[wrong]`` answers off by one.
+``guesser`` plays the guess-the-number game (``envs.resources.text_game``); ``tool_user`` picks one of the two by
+the tools offered.
 """
 
 from __future__ import annotations
@@ -56,3 +58,32 @@ def calculator(messages: list[Message], ctx: PolicyContext) -> Output:
     if turn > 4:
         return "I could not compute it."
     return _call("calculator", json.dumps({"expression": expression}), turn)
+
+
+def guesser(messages: list[Message], ctx: PolicyContext) -> Output:
+    """Plays a guess-the-number game with a ``guess`` tool answering higher/lower/correct (the Aviary text game,
+    ``envs.resources.text_game``): a binary search over [1, 100] rebuilt from the conversation each turn."""
+    low, high, guesses = 1, 100, {}
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            try:
+                guesses[call.get("id")] = int(json.loads(call["function"]["arguments"]).get("number"))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+        if message.get("role") == "tool" and message.get("tool_call_id") in guesses:
+            said, number = message_text(message).lower(), guesses[message.get("tool_call_id")]
+            if said.startswith("correct"):
+                return f"Found it: {number}."
+            if said.startswith("higher"):
+                low = max(low, number + 1)
+            elif said.startswith("lower"):
+                high = min(high, number - 1)
+    turn = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+    return _call("guess", json.dumps({"number": (low + high) // 2}), turn)
+
+
+def tool_user(messages: list[Message], ctx: PolicyContext) -> Output:
+    """``guesser`` when a ``guess`` tool is offered, else ``calculator``: one served policy for an agent server
+    that hosts both example environments."""
+    names = {(t.get("function") or t).get("name") for t in ctx.tools or [] if isinstance(t, dict)}
+    return guesser(messages, ctx) if "guess" in names else calculator(messages, ctx)

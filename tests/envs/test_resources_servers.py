@@ -152,6 +152,12 @@ def test_a_malformed_verify_body_is_a_422(calc, body):
     assert answer.status_code == 422 and answer.json()["detail"]
 
 
+def test_the_verdict_fields_are_the_servers_not_the_callers(calc):
+    body = {**verify_body(ROW, message("no idea")), "reward": 1.0, "mask_sample": True, "failure_kind": "x"}
+    reply = calc.post("/verify", json=body).json()
+    assert reply["reward"] == 0.0 and "mask_sample" not in reply and "failure_kind" not in reply
+
+
 def test_verify_with_a_non_object_body_is_a_422(calc):
     assert calc.post("/verify", json=[1, 2]).status_code == 422
     assert calc.post("/verify", content=b"nope").status_code == 422
@@ -168,10 +174,13 @@ def test_cookies_keep_sessions_apart_across_seed_tool_verify_and_close(calc_url)
         assert b.post("/calculator", json={"expression": "2"}).status_code == 200
         closed = a.post("/close_session", json={})
         assert closed.status_code == 200 and closed.json() == {COOKIE: a.cookies[COOKIE]}
+        # a client that always sends the typed field names, with no episode, still closes the cookie's session
+        closed = b.post("/close_session", json={COOKIE: "session", "episode_id": None})
+        assert closed.status_code == 200 and closed.json() == {COOKIE: b.cookies[COOKIE]}
         assert a.post("/close_session", json={}).status_code == 200
-        gone = a.post("/calculator", json={"expression": "2"})
-        assert gone.status_code == 409 and "closed" in gone.json()["detail"]
-        assert b.post("/calculator", json={"expression": "2"}).json()["result"] == 2
+        for client in (a, b):
+            gone = client.post("/calculator", json={"expression": "2"})
+            assert gone.status_code == 409 and "closed" in gone.json()["detail"]
         assert a.post("/verify", json=verify_body(ROW, message("126"))).json()["reward"] == 1.0
 
 
@@ -220,6 +229,13 @@ def test_the_typed_session_contract(calc):
         assert closed.status_code == 200 and closed.json() == {COOKIE: "s-contract"}
     late = calc.post("/seed_session", json=seed)
     assert late.status_code == 409 and "closed" in late.json()["detail"]
+
+
+def test_closing_another_episodes_session_is_a_409(calc):
+    calc.post("/seed_session", json=typed_seed("s-mine")).raise_for_status()
+    refused = calc.post("/close_session", json=typed_close("s-mine", rollout="someone-else"))
+    assert refused.status_code == 409 and "episode" in refused.json()["detail"]
+    assert calc.post("/close_session", json=typed_close("s-mine")).status_code == 200
 
 
 def test_closing_a_never_seeded_id_stops_a_later_seed_of_it(calc):

@@ -4,59 +4,14 @@ seed's termination and error tables, both contract generations, the limits."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import httpx
-import pytest
 
-from cluster.farm import RolloutFarm
-from cluster.gym.agent_app import EpisodeRunner, build_app
-from cluster.gym.config import GymSection
-from envs.resources.calc_server import calc_rows, create_app
+from envs.resources.calc_server import calc_rows
 from envs.resources.serving import serve_in_thread
 
-MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retries": 1, "backoff": 0.0}
-
-
-@pytest.fixture(scope="module")
-def calc():
-    with serve_in_thread(create_app()) as server:
-        yield server
-
-
-@contextlib.contextmanager
-def agent_server(resources_url: str, *, faults: dict | None = None, latency: float = 0.0, max_steps: int = 6,
-                 gym: dict | None = None, backend: str = "local", agent: dict | None = None):
-    config = {"model": MODEL, "fake_server": {"policy": "calculator", "faults": faults or {}, "latency": latency},
-              "agent": agent or {"type": "tool_calling", "max_steps": max_steps},
-              "environment": {"type": "resources", "url": resources_url, "timeout": 10},
-              "farm": {"backend": backend}, "run": {"max_attempts": 2}}
-    farm = RolloutFarm.from_config(config).start()
-    try:
-        runner = EpisodeRunner(farm, GymSection(**(gym or {})))
-        with serve_in_thread(build_app(runner)) as server:
-            with httpx.Client(base_url=server.url, timeout=60) as client:
-                yield client
-    finally:
-        farm.close()
-
-
-def row(prompt_tag: str = "", **fields) -> dict:
-    base = calc_rows(1, seed=3)[0]
-    if prompt_tag:
-        base["responses_create_params"]["input"][0]["content"] += f" {prompt_tag}"
-    return {**base, **fields}
-
-
-def episode(body: dict, rollout_id: str = "ep-1") -> dict:
-    return {"episode_id": {"rollout_id": rollout_id, "attempt": 0},
-            "task": {"task_id": {"taskset": "calc", "task_id": body["task_id"]}, "task_input": body}}
-
-
-def kinds(reply: dict) -> list[str]:
-    return [item["type"] for item in reply["response"]["output"]]
-
+from .gym_servers import agent_server, episode, kinds, row
 
 def test_run_seeds_calls_tools_verifies_and_returns_token_ids(calc):
     with agent_server(calc.url) as client:
@@ -199,3 +154,34 @@ def test_rollouts_run_on_the_farms_ray_workers(calc, ray_cluster):
         replies = [client.post("/run", json=r).json() for r in calc_rows(3, seed=5)]
     assert [r["reward"] for r in replies] == [1.0, 1.0, 1.0]
     assert json.dumps(replies)  # plain JSON all the way
+
+
+def test_one_server_hosts_the_simple_and_the_aviary_agent_by_agent_ref(calc):
+    from envs.resources.text_game import create_app as game_app
+
+    with serve_in_thread(game_app()) as game:
+        aviary = {"aviary": {"agent": {"type": "aviary", "max_steps": 12},
+                             "environment": {"type": "aviary", "url": game.url}}}
+        with agent_server(calc.url, profiles=aviary) as client:
+            played = client.post("/run", json={"responses_create_params": {"input": []}, "task_idx": 7,
+                                               "agent_ref": {"name": "aviary"}}).json()
+            computed = client.post("/run", json=row()).json()
+    assert played["reward"] == 1.0 and computed["reward"] == 1.0
+    calls = [i for i in played["response"]["output"] if i["type"] == "function_call"]
+    assert len(calls) > 1 and all(c["name"] == "guess" for c in calls)
+
+
+def test_two_hundred_concurrent_runs_complete_without_error(calc):
+    import asyncio
+
+    rows = calc_rows(200, seed=9)
+    with agent_server(calc.url, concurrency=200, gym={"max_concurrent_episodes": 200}) as client:
+        async def post_all() -> list:
+            limits = httpx.Limits(max_connections=200)
+            async with httpx.AsyncClient(base_url=str(client.base_url), timeout=300, limits=limits) as aclient:
+                return await asyncio.gather(*(aclient.post("/run", json=r) for r in rows))
+
+        replies = asyncio.run(post_all())
+    assert [r.status_code for r in replies] == [200] * 200
+    assert [r.json()["task_id"] for r in replies] == [r["task_id"] for r in rows]
+    assert all(r.json()["reward"] == 1.0 for r in replies)

@@ -1,0 +1,51 @@
+"""What the agent-server tests share: an agent server over a farm (the scripted model on the fake server, the
+calculator resources server), and the bodies they send."""
+
+from __future__ import annotations
+
+import contextlib
+
+import httpx
+
+from cluster.farm import RolloutFarm
+from cluster.gym.agent_app import EpisodeRunner, build_app
+from cluster.gym.config import GymSection
+from envs.resources.calc_server import calc_rows
+from envs.resources.serving import serve_in_thread
+
+MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retries": 1, "backoff": 0.0}
+
+
+@contextlib.contextmanager
+def agent_server(resources_url: str, *, faults: dict | None = None, latency: float = 0.0, max_steps: int = 6,
+                 gym: dict | None = None, backend: str = "local", agent: dict | None = None,
+                 profiles: dict | None = None, concurrency: int = 64):
+    config = {"model": MODEL, "fake_server": {"policy": "tool_user", "faults": faults or {}, "latency": latency},
+              "agent": agent or {"type": "tool_calling", "max_steps": max_steps},
+              "environment": {"type": "resources", "url": resources_url, "timeout": 10},
+              "profiles": profiles or {}, "farm": {"backend": backend},
+              "run": {"max_attempts": 2, "concurrency": concurrency}}
+    farm = RolloutFarm.from_config(config, concurrency=concurrency).start()
+    try:
+        runner = EpisodeRunner(farm, GymSection(**(gym or {})))
+        with serve_in_thread(build_app(runner)) as server:
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                yield client
+    finally:
+        farm.close()
+
+
+def row(prompt_tag: str = "", **fields) -> dict:
+    base = calc_rows(1, seed=3)[0]
+    if prompt_tag:
+        base["responses_create_params"]["input"][0]["content"] += f" {prompt_tag}"
+    return {**base, **fields}
+
+
+def episode(body: dict, rollout_id: str = "ep-1") -> dict:
+    return {"episode_id": {"rollout_id": rollout_id, "attempt": 0},
+            "task": {"task_id": {"taskset": "calc", "task_id": body["task_id"]}, "task_input": body}}
+
+
+def kinds(reply: dict) -> list[str]:
+    return [item["type"] for item in reply["response"]["output"]]
