@@ -122,7 +122,7 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
             return await _episode(body)
         try:
             task = legacy_task(body, runner.next_key("run"), cookies=dict(request.cookies),
-                               profiles=runner.profiles)
+                               profiles=runner.profiles, allow_paths=settings.allow_repo_paths)
         except RowError as exc:
             return _error(422, "invalid_request", str(exc))
         if not await admission.enter():
@@ -140,7 +140,7 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
         episode_id = body.get("episode_id")
         task_id = (body.get("task") or {}).get("task_id") if isinstance(body.get("task"), dict) else None
         try:
-            task, episode_id, task_id = episode_task(body, runner.profiles)
+            task, episode_id, task_id = episode_task(body, runner.profiles, settings.allow_repo_paths)
         except RowError as exc:
             if isinstance(episode_id, dict) and isinstance(task_id, dict):
                 return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "bad_request",
@@ -168,7 +168,8 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
         try:
             params = await _body(request)
             task = legacy_task({"responses_create_params": params}, runner.next_key("responses"),
-                               mode="responses", cookies=dict(request.cookies), profiles=runner.profiles)
+                               mode="responses", cookies=dict(request.cookies), profiles=runner.profiles,
+                               allow_paths=settings.allow_repo_paths)
         except RowError as exc:
             return _error(422, "invalid_request", str(exc).replace("body.responses_create_params", "body"))
         if runner.agent_type(task) in NO_RESPONSES_API:

@@ -20,6 +20,9 @@ class GymSection(StrictModel):
     """Seconds one episode may take, retries included; then it fails as ``agent_timeout`` (non-terminal)."""
     cleanup_timeout: float = Field(default=30.0, gt=0)
     """Seconds the resources server's ``/close_session`` may take (given to resources environments)."""
+    allow_repo_paths: bool = False
+    """Take rows naming a repository path on this machine (``repo_path``: SWE rows of a local benchmark). Off by
+    default: over HTTP, anyone who can reach the server could name any path."""
     serve: bool = False
     """Run the agent server as a Ray Serve deployment (behind Serve's HTTP proxy) instead of in this process."""
     route_prefix: str = "/"

@@ -60,8 +60,17 @@ def _params(row: Any, where: str) -> dict[str, Any]:
     return dict(params)
 
 
+HOST_PATHS = ("repo_path",)
+"""Row fields naming a path on the agent server's machine (a SWE row's local repository): refused over HTTP unless
+the server allows them (``gym.allow_repo_paths``), since a request could otherwise name any path."""
+
+
 def _task(key: str, params: dict[str, Any], data: dict[str, Any], gym: dict[str, Any],
-          profiles: Any, agent_ref: Any) -> Task:
+          profiles: Any, agent_ref: Any, allow_paths: bool = False) -> Task:
+    named = [f for f in HOST_PATHS if data.get(f) is not None]
+    if named and not allow_paths:
+        raise RowError(f"{named[0]}: a path on the agent server's machine; this server does not take them "
+                       "(gym.allow_repo_paths: true to allow)")
     try:
         messages = chat_messages(params)
     except ResponsesFormatError as exc:
@@ -75,13 +84,13 @@ def _task(key: str, params: dict[str, Any], data: dict[str, Any], gym: dict[str,
 
 
 def legacy_task(row: Any, key: str, *, mode: str = "legacy", cookies: Mapping[str, str] | None = None,
-                profiles: Any = ()) -> Task:
+                profiles: Any = (), allow_paths: bool = False) -> Task:
     """A legacy row (``/run`` body or a collection line) as a task whose id is ``key``."""
     params = _params(row, "body")
     base = {k: v for k, v in row.items() if not str(k).startswith("_ng_")}
     data = {k: v for k, v in base.items() if k != "responses_create_params" and k not in NOT_TASK_DATA}
     gym = {"mode": mode, "row": base, "cookies": dict(cookies or {}), "session_id": key}
-    return _task(key, params, data, gym, profiles, row.get("agent_ref"))
+    return _task(key, params, data, gym, profiles, row.get("agent_ref"), allow_paths)
 
 
 def parse_episode(body: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -115,7 +124,8 @@ def capture_key(episode_id: Mapping[str, Any]) -> str:
     return episode_id["rollout_id"] if not attempt else f"{episode_id['rollout_id']}-a{attempt}"
 
 
-def episode_task(body: Any, profiles: Any = ()) -> tuple[Task, dict[str, Any], dict[str, Any]]:
+def episode_task(body: Any, profiles: Any = (),
+                 allow_paths: bool = False) -> tuple[Task, dict[str, Any], dict[str, Any]]:
     """(the task, episode_id, task_id) of an episode request. ``task_input`` is a flat row or
     ``{responses_create_params, task_data}`` (flat fields merged into ``task_data``, conflicts refused)."""
     episode_id, task_id, task_input = parse_episode(body)
@@ -133,7 +143,8 @@ def episode_task(body: Any, profiles: Any = ()) -> tuple[Task, dict[str, Any], d
     gym = {"mode": "episode", "row": row, "cookies": {}, "session_id": key, "episode_id": episode_id,
            "task_id": task_id, "task_data": task_data}
     data = {k: v for k, v in task_data.items() if k not in NOT_TASK_DATA}
-    return _task(key, params, data, gym, profiles, task_data.get("agent_ref")), episode_id, task_id
+    task = _task(key, params, data, gym, profiles, task_data.get("agent_ref"), allow_paths)
+    return task, episode_id, task_id
 
 
 def verify_reply(result: RolloutResult, row: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -102,9 +102,10 @@ def _served_model(raw: dict[str, Any], address: str | None) -> Any:
         return None
     section = validate(ServeSection, section, prefix="serve")
     connect(address, num_cpus=apps.cluster_cpus(section, (raw.get("farm") or {}).get("num_cpus")))
-    served = apps.start(section, section.served_name(raw.get("model")), base_url=(raw.get("model") or {}).get("base_url"))
+    model = raw.get("model") or {}
+    served = apps.start(section, section.served_name(model), base_url=model.get("base_url"))
     raw.pop("serve", None)
-    model = {k: v for k, v in (raw.get("model") or {}).items() if k != "serve"}
+    model = {k: v for k, v in model.items() if k != "serve"}
     raw["model"] = {**model, "base_url": served.base_url, "model": served.model_id}
     return served
 

@@ -19,12 +19,12 @@ MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retr
 @contextlib.contextmanager
 def agent_server(resources_url: str, *, faults: dict | None = None, latency: float = 0.0, max_steps: int = 6,
                  gym: dict | None = None, backend: str = "local", agent: dict | None = None,
-                 profiles: dict | None = None, concurrency: int = 64):
+                 profiles: dict | None = None, concurrency: int = 64, **sections):
     config = {"model": MODEL, "fake_server": {"policy": "tool_user", "faults": faults or {}, "latency": latency},
               "agent": agent or {"type": "tool_calling", "max_steps": max_steps},
               "environment": {"type": "resources", "url": resources_url, "timeout": 10},
               "profiles": profiles or {}, "farm": {"backend": backend},
-              "run": {"max_attempts": 2, "concurrency": concurrency}}
+              "run": {"max_attempts": 2, "concurrency": concurrency}, **sections}
     farm = RolloutFarm.from_config(config, concurrency=concurrency).start()
     try:
         runner = EpisodeRunner(farm, GymSection(**(gym or {})))
