@@ -1,6 +1,6 @@
 """The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
 ``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout gc``, ``rollout fake-server``,
-``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.serve_cli``).
+``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.serve_cli``), ``rollout gym collect`` (``GYM``).
 
 Exit codes of ``rollout run``: 0 every rollout has a task outcome; 2 bad config, dataset, a changed run (config
 or dataset rows), a run directory another run is writing, or a check that fails before any work (one line naming
@@ -20,6 +20,9 @@ from rollout.errors import ConfigError
 
 EXIT_INFRA_FAILED = 3
 """``rollout run``'s exit code when some rollouts ended ``infra_failed`` after all their attempts."""
+GYM = {"serve": ("cluster.gym.server:serve_main", "the NeMo-Gym-compatible agent server (/run, /v1/responses)"),
+       "collect": ("cluster.gym.collect:main", "run NeMo Gym rows through the farm into rollouts JSONL; resumable")}
+"""``rollout gym NAME ...``: ``module:function`` that parses and runs NAME's arguments (``function(argv)``), help."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("eval", help="grade a predictions file against a SWE dataset (rollout eval --help)", add_help=False)
     sub.add_parser("serve", help="deploy a config's serve section on Ray Serve; print its base URL", add_help=False)
     sub.add_parser("models", help="rollout models tiny DIR: the tiny CPU model", add_help=False)
+    sub.add_parser("gym", help="NeMo Gym's contract: " + ", ".join(GYM), add_help=False)
 
     gc = sub.add_parser("gc", help="remove containers left behind by dead runs (labelled rollout-farm.run)")
     gc.add_argument("--run", dest="run_id", default=None, help="only this run id")
@@ -168,12 +172,30 @@ def cmd_fake_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def gym_main(argv: list[str]) -> int:
+    """``rollout gym NAME ...``: NAME's function parses the rest (``GYM``)."""
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="rollout gym", description="NeMo Gym's contract on the farm.")
+    sub = parser.add_subparsers(dest="name", required=True)
+    for name, (_, text) in GYM.items():
+        sub.add_parser(name, help=text, add_help=False)
+    module, function = GYM[parser.parse_args(argv[:1]).name][0].split(":")
+    try:
+        return getattr(importlib.import_module(module), function)(argv[1:])
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["images"]:  # its own argument parser, options included
         from cluster import images_cli
 
         return images_cli.main(argv[1:])
+    if argv[:1] == ["gym"]:
+        return gym_main(argv[1:])
     if argv[:1] in (["serve"], ["models"]):
         from cluster import serve_cli
 
