@@ -125,6 +125,13 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
                                profiles=runner.profiles, allow_paths=settings.allow_repo_paths)
         except RowError as exc:
             return _error(422, "invalid_request", str(exc))
+        result = await _admitted(task)
+        if not isinstance(result, RolloutResult):
+            return result
+        return _json(200, verify_reply(result, task.data["gym"]["row"]))
+
+    async def _admitted(task: Task) -> Any:
+        """A legacy request's rollout, or its error answer: 503 without a place in time, 502 when it failed."""
         if not await admission.enter():
             return _error(503, "admission_timeout", f"no place for the episode within {settings.queue_timeout:g}s")
         try:
@@ -134,7 +141,7 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
         if result.status != "completed":
             message = result.error.message if result.error else result.exit_reason.value
             return _error(502, result.exit_reason.value, message)
-        return _json(200, verify_reply(result, task.data["gym"]["row"]))
+        return result
 
     async def _episode(body: dict[str, Any]) -> Any:
         episode_id = body.get("episode_id")
@@ -174,16 +181,8 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
             return _error(422, "invalid_request", str(exc).replace("body.responses_create_params", "body"))
         if runner.agent_type(task) in NO_RESPONSES_API:
             return _error(501, "not_implemented", "this agent runs whole episodes only: use POST /run")
-        if not await admission.enter():
-            return _error(503, "admission_timeout", f"no place for the request within {settings.queue_timeout:g}s")
-        try:
-            result = await runner.run(task)
-        finally:
-            admission.leave()
-        if result.status != "completed":
-            message = result.error.message if result.error else result.exit_reason.value
-            return _error(502, result.exit_reason.value, message)
-        return _json(200, result.reward_details.get("response") or {})
+        result = await _admitted(task)
+        return result if not isinstance(result, RolloutResult) else _json(200, result.reward_details.get("response"))
 
     if gateway is not None:
         app.include_router(gateway)

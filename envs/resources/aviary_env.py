@@ -18,17 +18,16 @@ server, a timeout, a 4xx on ``/step`` or a failed seed is ``EnvironmentFailure``
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import math
 import time
 from typing import Any
 
 from pydantic import Field
 
+from envs.resources.http_client import ResourcesHttp
 from rollout.config import StrictModel
-from rollout.errors import EnvironmentFailure, VerifierError
+from rollout.errors import EnvironmentFailure
 from rollout.models.responses_items import result_response
 from rollout.models.responses_wire import ResponsesFormatError, chat_messages, chat_tools
 from rollout.protocols import EnvReset
@@ -93,25 +92,13 @@ class AviaryEnvironment:
         self.task_idx: int | None = None
         self.env_id: str | None = None
         self.closed = False
-        self._session: Any = None
+        self.http = ResourcesHttp(self.url, config.timeout)
 
     # ---- HTTP ------------------------------------------------------------------------------------------
 
     async def _call(self, path: str, body: Any, timeout: float | None = None) -> tuple[int, str]:
         """(status, text) of one POST; an unreachable server or a timeout is an ``EnvironmentFailure``."""
-        import aiohttp
-
-        if self._session is None:  # one cookie jar per rollout (unsafe: the server may be on an IP address)
-            self._session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
-        seconds = timeout or self.config.timeout
-        try:
-            async with self._session.post(f"{self.url}/{path}", json=body,
-                                          timeout=aiohttp.ClientTimeout(total=seconds)) as resp:
-                return resp.status, await resp.text(errors="replace")
-        except (asyncio.TimeoutError, TimeoutError) as exc:
-            raise EnvironmentFailure(f"resources server {self.url}/{path}: no answer in {seconds:g}s") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise EnvironmentFailure(f"resources server {self.url}/{path}: {type(exc).__name__}: {exc}") from exc
+        return await self.http.call(path, body, timeout)
 
     @staticmethod
     def _json(path: str, text: str) -> dict[str, Any]:
@@ -126,6 +113,7 @@ class AviaryEnvironment:
     # ---- the Environment seam --------------------------------------------------------------------------
 
     async def reset(self, task: Task) -> EnvReset:
+        self.http = ResourcesHttp(self.url, self.config.timeout, (task.data.get("gym") or {}).get("cookies"))
         try:
             self.task_idx = task_index(task)
         except ValueError as exc:
@@ -215,9 +203,7 @@ class AviaryEnvironment:
         except Exception as exc:  # noqa: BLE001 - cleanup: the episode's result stands
             log.warning("aviary /close of %s failed: %s", self.env_id, exc)
         finally:
-            if self._session is not None:
-                session, self._session = self._session, None
-                await session.close()
+            await self.http.close()
 
     # ---- the Verifier seam -----------------------------------------------------------------------------
 
@@ -228,18 +214,7 @@ class AviaryEnvironment:
         return reply
 
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
-        body = {"task_idx": self.task_idx, **self.row, "response": self.response(result)}
-        try:
-            status, text = await self._call("verify", body)
-        except EnvironmentFailure as exc:
-            raise VerifierError(str(exc)) from exc
-        if status >= 300:
-            raise VerifierError(f"/verify answered {status}: {text[:1000]}", retryable=status >= 500)
-        try:
-            verdict = json.loads(text)
-            reward = float(verdict["reward"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise VerifierError(f"/verify answered without a numeric reward: {text[:500]}") from exc
-        if not math.isfinite(reward):
-            raise VerifierError(f"/verify answered a reward of {reward}")
-        return Reward(value=reward, details=verdict)
+        response = self.response(result)
+        verdict = await self.http.verify({"task_idx": self.task_idx, **self.row, "response": response})
+        return Reward(value=verdict["reward"], details={"verified": True, "verify_response": verdict,
+                                                        "response": response})

@@ -18,17 +18,14 @@ the loop goes on; a seed that fails or an unreachable server is ``SeedFailed``/`
 
 from __future__ import annotations
 
-import asyncio
-import json
-import math
 import re
 import time
 import uuid
-from http.cookies import SimpleCookie
 from typing import Any
 
 from rollout.config import StrictModel
-from rollout.errors import EnvironmentFailure, VerifierError
+from envs.resources.http_client import ResourcesHttp
+from rollout.errors import EnvironmentFailure
 from rollout.models.responses_items import result_response
 from rollout.models.responses_wire import chat_tools
 from rollout.protocols import EnvReset
@@ -57,48 +54,16 @@ class ResourcesEnvironment:
     def __init__(self, config: ResourcesEnvironmentConfig):
         self.config = config
         self.url = config.url.rstrip("/")
-        self.cookies: dict[str, str] = {}
+        self.http = ResourcesHttp(self.url, config.timeout)
         self.gym: dict[str, Any] = {}
         self.tool_names: set[str] = set()
         self.seeded = False
         self.closed = False
-        self._session: Any = None
         self._session_id: str | None = None
 
     @classmethod
     def from_config(cls, config: ResourcesEnvironmentConfig) -> "ResourcesEnvironment":
         return cls(config)
-
-    # ---- HTTP ------------------------------------------------------------------------------------------
-
-    async def _post(self, path: str, body: Any, timeout: float) -> tuple[int, str]:
-        import aiohttp
-
-        if self._session is None:
-            self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
-        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())} if self.cookies else {}
-        async with self._session.post(f"{self.url}/{path}", json=body, headers=headers,
-                                      timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            text = await resp.text(errors="replace")
-            for raw in resp.headers.getall("Set-Cookie", []):
-                jar: SimpleCookie = SimpleCookie()
-                jar.load(raw)
-                self.cookies.update({k: m.value for k, m in jar.items()})
-            return resp.status, text
-
-    async def _call(self, path: str, body: Any, timeout: float | None = None) -> tuple[int, str]:
-        """(status, text); an unreachable server or a timeout is an ``EnvironmentFailure``."""
-        try:
-            return await self._post(path, body, timeout or self.config.timeout)
-        except (asyncio.TimeoutError, TimeoutError) as exc:
-            raise EnvironmentFailure(f"resources server {self.url}/{path}: no answer in "
-                                     f"{timeout or self.config.timeout:g}s") from exc
-        except OSError as exc:
-            raise EnvironmentFailure(f"resources server {self.url}/{path} unreachable: {exc}") from exc
-        except Exception as exc:  # aiohttp.ClientError and friends
-            if type(exc).__module__.startswith("aiohttp"):
-                raise EnvironmentFailure(f"resources server {self.url}/{path}: {type(exc).__name__}: {exc}") from exc
-            raise
 
     # ---- the Environment seam --------------------------------------------------------------------------
 
@@ -106,7 +71,7 @@ class ResourcesEnvironment:
         self.gym = dict(task.data.get("gym") or {})
         row = self.gym.get("row") or {}
         params = row.get("responses_create_params") or {}
-        self.cookies = {str(k): str(v) for k, v in (self.gym.get("cookies") or {}).items()}
+        self.http = ResourcesHttp(self.url, self.config.timeout, self.gym.get("cookies"))
         tools = chat_tools(params.get("tools"))
         self.tool_names = {t["function"]["name"] for t in tools or []}
         mode = self.gym.get("mode", "legacy")
@@ -115,7 +80,7 @@ class ResourcesEnvironment:
                 "resources_session_id": self.session_id, "episode_id": self.gym.get("episode_id"),
                 "task_id": self.gym.get("task_id"), "task_data": self.gym.get("task_data") or {}}
             try:
-                status, text = await self._call("seed_session", body)
+                status, text = await self.http.call("seed_session", body)
             except EnvironmentFailure as exc:
                 raise SeedFailed(str(exc)) from exc
             if status >= 300:
@@ -144,7 +109,7 @@ class ResourcesEnvironment:
             offered = ", ".join(sorted(self.tool_names)) or "none"
             return obs(f"Error: unknown tool {name!r}; the tools are: {offered}", False, "unknown_tool")
         t0 = time.perf_counter()
-        status, text = await self._call(name, action.arguments)
+        status, text = await self.http.call(name, action.arguments)
         seconds = time.perf_counter() - t0
         if status >= 400:  # a tool's failure is its output: the model reads it and the loop goes on
             kind = "invalid_arguments" if status == 422 else "execution_error"
@@ -162,13 +127,11 @@ class ResourcesEnvironment:
                 body = ({"resources_session_id": self.session_id, "episode_id": self.gym.get("episode_id")}
                         if self.gym.get("mode") == "episode" else {})
                 try:
-                    await self._call("close_session", body, self.config.cleanup_timeout)
+                    await self.http.call("close_session", body, self.config.cleanup_timeout)
                 except EnvironmentFailure:
                     pass  # the server's own TTL ends what it could not hear about
         finally:
-            if self._session is not None:
-                await self._session.close()
-                self._session = None
+            await self.http.close()
 
     # ---- the Verifier seam -----------------------------------------------------------------------------
 
@@ -180,18 +143,6 @@ class ResourcesEnvironment:
         response = self.response(result)
         if self.gym.get("mode") == "responses":
             return Reward(value=0.0, details={"verified": False, "response": response})
-        body = {**(self.gym.get("row") or {}), "response": response}
-        try:
-            status, text = await self._call("verify", body)
-        except EnvironmentFailure as exc:
-            raise VerifierError(str(exc)) from exc
-        if status >= 300:
-            raise VerifierError(f"/verify answered {status}: {text[:1000]}", retryable=status >= 500)
-        try:
-            verdict = json.loads(text)
-            reward = float(verdict["reward"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise VerifierError(f"/verify answered without a numeric reward: {text[:500]}") from exc
-        if not math.isfinite(reward):
-            raise VerifierError(f"/verify answered a reward of {reward}")
-        return Reward(value=reward, details={"verified": True, "verify_response": verdict, "response": response})
+        verdict = await self.http.verify({**(self.gym.get("row") or {}), "response": response})
+        return Reward(value=verdict["reward"], details={"verified": True, "verify_response": verdict,
+                                                        "response": response})

@@ -115,7 +115,7 @@ def run(game, outputs=None, policy=binary_search, task_idx=7, url=None, model=No
 def test_plays_the_game_to_done_and_is_rewarded_by_verify(game):
     result, model = run(game)
     assert result.status == "completed" and result.exit_reason == ExitReason.ENVIRONMENT_DONE
-    assert result.reward == 1.0 and result.reward_details["reward"] == 1.0
+    assert result.reward == 1.0 and result.reward_details["verify_response"]["reward"] == 1.0
     assert len(result.trajectory.steps) == 7  # binary search finds 30 on the 7th guess
     messages = result.trajectory.messages
     assert messages[0]["role"] == "user" and "secret whole number" in messages[0]["content"]
