@@ -182,7 +182,12 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
         if runner.agent_type(task) in NO_RESPONSES_API:
             return _error(501, "not_implemented", "this agent runs whole episodes only: use POST /run")
         result = await _admitted(task)
-        return result if not isinstance(result, RolloutResult) else _json(200, result.reward_details.get("response"))
+        if not isinstance(result, RolloutResult):
+            return result
+        reply = _json(200, result.reward_details.get("response"))
+        for name, value in (result.reward_details.get("cookies") or {}).items():  # the session goes on with them
+            reply.set_cookie(name, value)
+        return reply
 
     if gateway is not None:
         app.include_router(gateway)

@@ -49,7 +49,7 @@ def build(raw: dict[str, Any], out: Any = sys.stderr) -> tuple[Any, Any]:
 
 def _gateway(settings: GymSection, farm: Any, raw: dict[str, Any]) -> Any:
     """The per-rollout model gateway's router, in front of ``gym.gateway`` or the run's model URL (None: no URL)."""
-    upstream = settings.gateway or getattr(getattr(farm, "_server", None), "base_url", None)
+    upstream = settings.gateway or getattr(farm.source, "base_url", None)  # a fake server's or Serve model's
     upstream = upstream or (raw.get("model") or {}).get("base_url")
     if not upstream:
         return None

@@ -142,7 +142,8 @@ class ResourcesEnvironment:
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
         response = self.response(result)
         if self.gym.get("mode") == "responses":
-            return Reward(value=0.0, details={"verified": False, "response": response})
+            return Reward(value=0.0, details={"verified": False, "response": response,
+                                              "cookies": self.http.current_cookies()})
         verdict = await self.http.verify({**(self.gym.get("row") or {}), "response": response})
         return Reward(value=verdict["reward"], details={"verified": True, "verify_response": verdict,
                                                         "response": response})

@@ -37,6 +37,9 @@ def test_episode_contract_returns_a_result_or_a_typed_failure(calc):
         assert ok["task_id"] == {"taskset": "calc", "task_id": row()["task_id"]}
     with agent_server("http://127.0.0.1:9") as client:  # nothing listens: the seed cannot happen
         failed = client.post("/run", json=episode(row(), "ep-2")).json()
+        legacy = client.post("/run", json=row())
+    assert legacy.status_code == 502 and legacy.json()["error"]["type"] == "environment_error"
+    assert "unreachable" in legacy.json()["error"]["message"]
     assert set(failed) == {"episode_id", "task_id", "failure"}
     failure = failed["failure"]
     assert failure["stage"] == "seed" and failure["failure_kind"] == "session_lost"
@@ -106,6 +109,7 @@ def test_v1_responses_runs_the_tool_loop_alone(calc):
     assert body["object"] == "response" and [i["type"] for i in body["output"]] == [
         "function_call", "function_call_output", "message"]
     assert "reward" not in body
+    assert reply.cookies.get("resources_session_id") == seeded.cookies["resources_session_id"]
 
 
 def test_the_mini_swe_agent_answers_501_on_v1_responses(calc):

@@ -59,6 +59,12 @@ def test_rollout_gym_serve_prints_its_url_and_stops_on_ctrl_c(calc):
         assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else url
         reply = httpx.post(url + "/run", json=calc_rows(1, seed=8)[0], timeout=60).json()
         assert reply["reward"] == 1.0
+        # the per-rollout model gateway, in front of the config's model (here its fake server)
+        chat = httpx.post(url + "/rollouts/r-1/v1/chat/completions", timeout=60,
+                          json={"model": "scripted", "messages": [{"role": "user", "content": "Compute 2 + 3."}]})
+        assert chat.status_code == 200, chat.text
+        calls = httpx.get(url + "/rollouts/r-1/calls", timeout=10).json()["calls"]
+        assert len(calls) == 1 and calls[0]["prompt_token_ids"] and calls[0]["completion_token_ids"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:
