@@ -55,6 +55,11 @@ class DemoServer:
             self.server = await start_demo_server(self.section, remote=self.remote)
             self.source.base_url = self.server.url
 
+    async def bind_tasks(self, tasks: list[Any]) -> None:
+        """The scripted policy sees the tasks a trainer's call hands the farm (looked up by the request's task id)."""
+        if self.server is not None:
+            self.server.model.tasks.update({task.task_id: task for task in tasks})
+
     def controls(self) -> Any:
         from cluster.serving.controls import EndpointControls, ScriptedControls
 

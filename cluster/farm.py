@@ -1,20 +1,12 @@
-"""RolloutFarm: the Python API for RL trainers.
+"""RolloutFarm: the Python API for RL trainers (README, "Python API for trainers"):
+``RolloutFarm.from_config(...)`` or ``from_objects(...)``; ``generate(tasks, n)`` → grouped results and trainer
+samples; ``stream``; the controls (``pause``/``resume``, ``set_policy_version``, ``reload_weights``); ``close``.
 
-    from cluster import RolloutFarm
-
-    farm = RolloutFarm.from_config("configs/train.yaml")           # or RolloutFarm.from_objects(...)
-    batch = farm.generate(tasks, n=8)                               # grouped results, failures as data
-    batch.rewards, batch.masks, batch.groups[0].results[0].trajectory.steps[0].completion_token_ids
-    farm.pause(); <update weights>; farm.set_policy_version(step); farm.resume()
-    farm.reload_weights("ckpt/step-3", version=3)                   # a served vLLM model: pause, load, resume
-    async for result in farm.stream(tasks, n=8): ...                # as they finish
-    farm.close()
-
-The farm keeps its workers (one Ray actor per node, or one in-process worker with ``backend="local"``)
-across calls: a training loop calls ``generate`` every step without restarting Ray or re-creating
-workers. Its asyncio machinery runs on a private event-loop thread, so the blocking methods work from
-plain code and the async ones from any event loop. A rollout's failure never raises: it is a result
-with ``status == "infra_failed"``, retried up to ``max_attempts`` and then handled by the group policy.
+The farm keeps its workers (one Ray actor per node, or one in-process worker with ``backend="local"``) across
+calls, so a training loop calls ``generate`` every step without restarting anything. Its asyncio machinery runs on
+a private event-loop thread: the blocking methods work from plain code, the async ones from any event loop. A
+rollout's failure never raises: it is a result with ``status == "infra_failed"``, retried up to ``max_attempts``
+and then handled by the group policy.
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 
 from cluster.farm_batch import MemberBatch
 from cluster.farm_controls import FarmControls
+from cluster.farm_tasks import bind_tasks, check_sampling, prepare_tasks, stale_members
 from cluster.local_backend import InProcessBackend
 from cluster.loop_thread import LoopThread
 from cluster.workers.worker import ObjectSource
@@ -112,26 +105,37 @@ class RolloutFarm(FarmControls):
         return await backend.start()
 
     def generate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
-                 seed: int | None = None) -> Batch:
-        """Run ``n`` samples of every task; return them grouped (see ``rollout.groups.Batch``).
+                 seed: int | None = None, sampling: dict | None = None, max_staleness: float | None = None,
+                 on_stale: str = "mask") -> Batch:
+        """Run ``n`` samples of every task (``Task``s, or rows as a dataset file has them); return them grouped
+        (``rollout.groups.Batch``; ``batch.samples()`` in the shape trainers consume).
 
-        ``deadline``: seconds for the whole call; what has not finished by then is cancelled (its containers
-        removed) and returned as failed with ``deadline_exceeded``. ``seed``: sample i gets ``seed + i``
-        (default: the farm's seed + 1000 x the call number, so successive steps differ)."""
+        ``deadline``: seconds for the whole call; what has not finished is cancelled (containers removed) and
+        returned as failed with ``deadline_exceeded``. ``seed``: sample i gets ``seed + i`` (default: the farm's
+        seed + 1000 x the call number). ``sampling``: this call's ``temperature``, ``max_tokens``, ... over the
+        model config's. ``max_staleness``: a member whose oldest turn is more than that many versions behind
+        ``set_policy_version``'s is run again once (``on_stale="rerun"``) or masked (``"mask"``), and counted."""
         self.start()
-        return self._run(self.agenerate(tasks, n, deadline=deadline, seed=seed))
+        return self._run(self.agenerate(tasks, n, deadline=deadline, seed=seed, sampling=sampling,
+                                        max_staleness=max_staleness, on_stale=on_stale))
 
-    def submit(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None) -> Any:
-        """``generate`` without waiting, from any thread or event loop (a server's handlers): a
-        ``concurrent.futures.Future`` of the batch (``asyncio.wrap_future`` awaits it). ``start`` first."""
+    def submit(self, tasks: Iterable[Task | dict], n: int = 1, **options: Any) -> Any:
+        """``generate`` without waiting, from any thread or event loop (a server's handlers; a trainer that sets
+        the next policy version meanwhile): a ``concurrent.futures.Future`` of the batch. ``start`` first."""
         if self._backend is None or self._closed:
             raise RuntimeError("this RolloutFarm is not started (call start()) or is closed")
-        return self._loop_thread.submit(self.agenerate(tasks, n, deadline=deadline))
+        return self._loop_thread.submit(self.agenerate(tasks, n, **options))
 
     async def agenerate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
-                        seed: int | None = None, on_result: Callable[[RolloutResult], Any] | None = None) -> Batch:
+                        seed: int | None = None, on_result: Callable[[RolloutResult], Any] | None = None,
+                        sampling: dict | None = None, max_staleness: float | None = None,
+                        on_stale: str = "mask") -> Batch:
         """``generate`` for code already on the farm's loop (or wrap with ``stream`` from another loop)."""
-        tasks = [t if isinstance(t, Task) else Task.model_validate(t) for t in tasks]
+        if on_stale not in ("mask", "rerun"):
+            raise ValueError(f"on_stale: 'mask' or 'rerun', not {on_stale!r}")
+        check_sampling(sampling)
+        tasks = prepare_tasks(tasks, sampling)
+        await bind_tasks(self._server, tasks)
         call = next(self._calls)
         base_seed = self.seed + 1000 * call if seed is None else seed
         run_id = f"{self.name}-{call}"
@@ -145,26 +149,32 @@ class RolloutFarm(FarmControls):
                     break
                 again = await self._retry(failed, tasks, run_id, base_seed, deadline, t0, on_result)
                 by_key.update({(r.task_id, r.sample_index): r for r in again})
+        stale = stale_members(by_key.values(), self.policy_version, max_staleness)
+        reran = len(stale) if on_stale == "rerun" else 0
+        if stale and on_stale == "rerun":
+            again = await self._retry(stale, tasks, run_id, base_seed, deadline, t0, on_result)
+            by_key.update({(r.task_id, r.sample_index): r for r in again})
+            stale = stale_members(by_key.values(), self.policy_version, max_staleness)
+        for r in stale:
+            r.metadata["stale"] = True
         order = {t.task_id: i for i, t in enumerate(tasks)}
         groups = apply_policy(group_results(sorted(by_key.values(), key=lambda r: (order[r.task_id], r.sample_index))),
                               self.group_policy)
         batch = Batch(groups=[g for g in groups if not g.dropped], dropped=[g for g in groups if g.dropped],
                       not_started=not_started, wall_seconds=time.perf_counter() - t0,
-                      tokens=sum(r.usage.total_tokens for r in by_key.values()))
+                      tokens=sum(r.usage.total_tokens for r in by_key.values()), stale=len(stale), rerun=reran)
         return batch
 
     async def _retry(self, failed: list[RolloutResult], tasks: list[Task], run_id: str, base_seed: int,
                      deadline: float | None, t0: float, on_result: Any) -> list[RolloutResult]:
-        """Run failed members again (same sample index, so the same seed), their attempt history kept."""
+        """Run members again, together (same sample index, so the same seed), their attempt history kept."""
         if deadline is not None:
             deadline = max(0.0, deadline - (time.perf_counter() - t0))
         by_id = {t.task_id: t for t in tasks}
-        out = []
-        for r in failed:
-            again, _ = await self._members([by_id[r.task_id]], [r.sample_index], run_id, base_seed, deadline,
-                                               on_result, first_attempt=r.attempt + 1, history=r.attempts)
-            out.extend(again)
-        return out
+        runs = await asyncio.gather(*(self._members([by_id[r.task_id]], [r.sample_index], run_id, base_seed,
+                                                    deadline, on_result, first_attempt=r.attempt + 1,
+                                                    history=r.attempts) for r in failed))
+        return [result for again, _ in runs for result in again]
 
     async def _members(self, tasks: list[Task], samples: list[int], run_id: str, base_seed: int,
                        deadline: float | None, on_result: Any, first_attempt: int = 1,
@@ -182,8 +192,10 @@ class RolloutFarm(FarmControls):
         return await batch.run(tasks, samples, run_id, base_seed, deadline, count, first_attempt, history)
 
     async def stream(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
-                     seed: int | None = None) -> AsyncIterator[RolloutResult]:
-        """Yield each final result as it finishes (from any event loop); group retries are not applied."""
+                     seed: int | None = None, **options: Any) -> AsyncIterator[RolloutResult]:
+        """Yield each final result as it finishes (from any event loop); group retries are not applied; ``options``:
+        ``sampling``, ``max_staleness``, ``on_stale`` as ``generate`` (a stale member is yielded before it is
+        known stale: read ``batch.stale`` from ``generate`` when that matters)."""
         caller = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         done = object()
@@ -197,7 +209,7 @@ class RolloutFarm(FarmControls):
                 masked = self.group_policy.model_copy(update={"on_failure": "mask"})
                 policy, self.group_policy = self.group_policy, masked
                 try:
-                    await self.agenerate(tasks, n, deadline=deadline, seed=seed, on_result=push)
+                    await self.agenerate(tasks, n, deadline=deadline, seed=seed, on_result=push, **options)
                 finally:
                     self.group_policy = policy
             finally:
@@ -210,16 +222,6 @@ class RolloutFarm(FarmControls):
                 break
             yield item
         await asyncio.wrap_future(future)
-
-    def workers(self) -> list[dict[str, Any]]:
-        """One entry per live worker: node id, ``host:pid``, rollouts finished, in flight, policy version."""
-        self.start()
-        return self._run(self._backend.broadcast("info"))
-
-    def live(self) -> list[dict[str, Any]]:
-        """The rollouts in flight right now, across workers (task, sample, step, last command, node)."""
-        self.start()
-        return [r for rows in self._run(self._backend.broadcast("live")) for r in rows]
 
     def close(self) -> None:
         """Stop the workers (their containers are removed) and the loop thread. Ray itself stays up."""

@@ -1,5 +1,5 @@
-"""The trainer's controls of a farm: its workers' gate and policy version, and the served model's RL controls
-(``cluster.serving.controls``) — pause, resume, weights, prefix cache, sleep."""
+"""The trainer's controls of a farm: its workers (listed, their live rollouts), their gate and policy version, and
+the served model's RL controls (``cluster.serving.controls``) — pause, resume, weights, prefix cache, sleep."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ class FarmControls:
     """Mixed into ``RolloutFarm`` (which provides ``start``, ``_run``, ``_backend``, ``_server``, ``_controls``)."""
 
     _engine_paused = False
+    policy_version: str | int | None = None
+    """The version ``set_policy_version`` last set (``max_staleness`` measures turns against it)."""
 
     def controls(self) -> Any:
         """The served model's controls: given to the farm (``controls=``), else its ``serve`` section's, else
@@ -28,6 +30,7 @@ class FarmControls:
         carries it in its request (with ``cache_salt``, a per-version prefix-cache salt)."""
         self.start()
         self._run(self._backend.broadcast("set_policy_version", version))
+        self.policy_version = version
 
     def pause(self, mode: str | None = None) -> None:
         """No new model call starts until ``resume()``; rollouts otherwise go on. With ``mode`` the engine pauses
@@ -65,3 +68,13 @@ class FarmControls:
 
     def wake_up(self) -> None:
         self.controls().wake_up()
+
+    def workers(self) -> list[dict[str, Any]]:
+        """One entry per live worker: node id, ``host:pid``, rollouts finished, in flight, policy version."""
+        self.start()
+        return self._run(self._backend.broadcast("info"))
+
+    def live(self) -> list[dict[str, Any]]:
+        """The rollouts in flight right now, across workers (task, sample, step, last command, node)."""
+        self.start()
+        return [r for rows in self._run(self._backend.broadcast("live")) for r in rows]

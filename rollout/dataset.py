@@ -155,6 +155,18 @@ def dataset_hash(path: str | Path) -> str:
 # ---- parsing --------------------------------------------------------------------------------
 
 
+def task_from_row(row: Any, where: str = "task") -> Task:
+    """One task as a dataset file writes it (``Task``'s own fields, or a flat row: an id, a prompt, every other
+    field in ``data``): the one conversion for files and for tasks handed to ``RolloutFarm.generate``.
+    ``ConfigError`` naming ``where`` and the field."""
+    if isinstance(row, Task):
+        return row
+    try:
+        return _task(row, 0, Path(where))
+    except ConfigError as exc:
+        raise ConfigError(exc.message.removeprefix("line 0: "), where) from None
+
+
 def _task(row: Any, line: int, path: Path) -> Task:
     if not isinstance(row, dict):
         _fail(path, line, f"a task must be a JSON object, got {type_name(row)}")

@@ -46,13 +46,13 @@ class Group:
 
     @property
     def mask(self) -> list[bool]:
-        """True where the member completed (usable for training)."""
-        return [r.status == "completed" for r in self.results]
+        """True where the member completed and is not stale (usable for training)."""
+        return [r.status == "completed" and not r.metadata.get("stale") for r in self.results]
 
     @property
     def rewards(self) -> list[float]:
         """Rewards in sample order; 0.0 for masked members and for completed ones without a reward."""
-        return [float(r.reward or 0.0) if r.status == "completed" else 0.0 for r in self.results]
+        return [float(r.reward or 0.0) if usable else 0.0 for r, usable in zip(self.results, self.mask)]
 
     @property
     def seeds(self) -> list[int | None]:
@@ -107,6 +107,10 @@ class Batch:
     """(task id, sample) pairs never started: the token budget ran out first."""
     wall_seconds: float = 0.0
     tokens: int = 0
+    stale: int = 0
+    """Members whose oldest turn was more than ``max_staleness`` versions behind (masked after any re-run)."""
+    rerun: int = 0
+    """Members run again because they were stale (``on_stale="rerun"``)."""
 
     @property
     def results(self) -> list[RolloutResult]:
@@ -136,6 +140,19 @@ class Batch:
 
         return [[segments(r.trajectory.steps, on_break) for r in g.results] for g in self.groups]
 
+    def samples(self, on_break: str = "split") -> list[Any]:
+        """The batch as trainer samples (``rollout.trainer_batch.TrainerSample``): per completed member and token
+        segment, prompt ids, response ids, loss mask, logprobs, per-token policy versions, reward, group stats."""
+        from rollout.trainer_batch import trainer_samples
+
+        return trainer_samples(self.groups, on_break)
+
+    def padded(self, pad_id: int = 0, on_break: str = "split", **limits: Any) -> dict[str, Any]:
+        """``samples()`` as rectangular numpy arrays (``rollout.trainer_batch.padded``)."""
+        from rollout.trainer_batch import padded
+
+        return padded(self.samples(on_break), pad_id, **limits)
+
     def describe(self) -> str:
         total = len(self.results)
         why = ", ".join(f"{k}={v}" for k, v in sorted(self.failures.items())) or "none"
@@ -143,4 +160,6 @@ class Batch:
                 f"failed {self.failed} ({why}); tokens {self.tokens}; {self.wall_seconds:.1f}s")
         if self.not_started:
             text += f"; {len(self.not_started)} not started (token budget)"
+        if self.stale or self.rerun:
+            text += f"; stale {self.stale} masked, {self.rerun} re-run"
         return text

@@ -77,12 +77,25 @@ class FarmModel:
         self.served = await asyncio.to_thread(start, self.section, self.model_id, base_url=self.base_url)
         self.source.base_url = self.served.base_url
 
+    async def bind_tasks(self, tasks: list[Any]) -> None:
+        """A scripted app's replicas see the tasks a trainer's call hands the farm (``task_board``)."""
+        if self.section.app == "scripted":
+            import asyncio
+
+            from cluster.serving.task_board import post_tasks
+
+            await asyncio.to_thread(post_tasks, self.section.name, tasks)
+
     async def stop(self) -> None:
         import asyncio
 
         if self.served is not None:
             await asyncio.to_thread(self.served.stop)
             self.served = None
+        if self.section.app == "scripted":
+            from cluster.serving.task_board import clear_tasks
+
+            await asyncio.to_thread(clear_tasks, self.section.name)
 
     def controls(self) -> Any:
         if self.served is None:

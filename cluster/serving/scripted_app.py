@@ -21,8 +21,13 @@ class ScriptedPolicyServer:
         from rollout.models.fake_server import FakeServer
         from rollout.models.fake_server_config import FakeServerConfig
 
+        from cluster.serving.task_board import BoardTasks
+
         self.server = FakeServer(FakeServerConfig.model_validate(server_config))
-        self.replica = serve.get_replica_context().replica_id.unique_id
+        context = serve.get_replica_context()
+        self.replica = context.replica_id.unique_id
+        # a trainer's tasks, posted by the farm for this application (the dataset's come first)
+        self.server.model.tasks = BoardTasks(context.app_name, self.server.model.tasks)
 
     async def __call__(self, request: Any) -> Any:
         from starlette.responses import Response

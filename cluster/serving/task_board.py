@@ -1,0 +1,49 @@
+"""The tasks of a trainer's calls, where the scripted Serve app's replicas find them: a policy that reads its task
+(``gold``, ``oracle``) looks it up by the request's task id, first in the run's dataset, then here (Ray's internal
+key-value store, one key per task under the application's name), so ``RolloutFarm.generate`` can hand any task."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+PREFIX = "rollout-farm/tasks/"
+
+
+def _key(app: str, task_id: str) -> bytes:
+    return f"{PREFIX}{app}/{task_id}".encode()
+
+
+def post_tasks(app: str, tasks: Iterable[Any]) -> None:
+    """Publish tasks (``rollout.records.Task``) for the replicas of ``app`` (a task id posted again replaces it)."""
+    from ray.experimental import internal_kv
+
+    for task in tasks:
+        internal_kv._internal_kv_put(_key(app, task.task_id), task.model_dump_json().encode(), overwrite=True)
+
+
+def clear_tasks(app: str) -> None:
+    from ray.experimental import internal_kv
+
+    for key in internal_kv._internal_kv_list(f"{PREFIX}{app}/"):
+        internal_kv._internal_kv_del(key)
+
+
+class BoardTasks(dict):
+    """A replica's task lookup: the dataset's tasks, else the board's (read on each miss, so a task posted for a
+    later call is seen; a task id the board does not have is None, as for an unknown task)."""
+
+    def __init__(self, app: str, tasks: dict[str, Any] | None = None):
+        super().__init__(tasks or {})
+        self.app = app
+
+    def get(self, task_id: Any, default: Any = None) -> Any:
+        if task_id in self:
+            return self[task_id]
+        if not task_id:
+            return default
+        from ray.experimental import internal_kv
+
+        from rollout.records import Task
+
+        raw = internal_kv._internal_kv_get(_key(self.app, str(task_id)))
+        return Task.model_validate_json(raw) if raw else default
