@@ -1,10 +1,11 @@
 """The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
 ``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout gc``, ``rollout fake-server``,
-``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.serve_cli``), ``rollout gym collect`` (``GYM``).
+``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.serve_cli``), ``rollout gym collect`` (``GYM``);
+``rollout --version``.
 
 Exit codes of ``rollout run``: 0 every rollout has a task outcome; 2 bad config, dataset, a changed run (config
-or dataset rows), a run directory another run is writing, or a check that fails before any work (one line naming
-the field; nothing written); 3 some rollouts ended ``infra_failed`` for good (the summary gives the first message
+or dataset rows), a run directory another run is writing, or a check that fails before any work (one line per problem,
+naming its field; nothing written); 3 some rollouts ended ``infra_failed`` for good (the summary gives the first message
 of each error type); 130 interrupted (re-run the same command to resume). ``rollout status`` exits 0 whatever
 the run's state, 2 when no such run exists. ``rollout repair`` exits 0 (also when nothing needed repair), 2 when
 no such run exists or a run is writing it.
@@ -26,8 +27,12 @@ GYM = {"serve": ("cluster.gym.server:serve_main", "the NeMo-Gym-compatible agent
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from cluster.version import DIST, package_version
+
     parser = argparse.ArgumentParser(prog="rollout",
                                      description="Run LLM-agent rollouts and write resumable run directories.")
+    parser.add_argument("--version", action="version", version=f"{DIST} {package_version()}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a dataset through an agent; re-running resumes")
@@ -63,12 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     gc = sub.add_parser("gc", help="remove containers left behind by dead runs (labelled rollout-farm.run)")
     gc.add_argument("--run", dest="run_id", default=None, help="only this run id")
     gc.add_argument("--older-than", default=None, help="only containers older than this, e.g. 30m, 2h, 1d")
-    gc.add_argument("--engine", choices=["docker", "podman"], default="docker")
+    gc.add_argument("--engine", choices=["docker", "podman"], default="docker",
+                    help="container engine to look in (default docker)")
     gc.add_argument("--force", action="store_true", help="also remove containers of processes still alive")
 
     fake = sub.add_parser("fake-server", help="serve scripted policies as an OpenAI-compatible endpoint")
-    fake.add_argument("--host", default="127.0.0.1")
-    fake.add_argument("--port", type=int, default=8000)
+    fake.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0: all)")
+    fake.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     fake.add_argument("--policy", default="echo", help="short name or dotted path of a scripted policy")
     fake.add_argument("--latency", type=float, default=0.0, help="seconds per completion")
     fake.add_argument("--dataset", default=None, help="JSONL tasks the policy may look up by task id")
@@ -184,8 +190,14 @@ def gym_main(argv: list[str]) -> int:
     try:
         return getattr(importlib.import_module(module), function)(argv[1:])
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return config_failure(exc)
+
+
+def config_failure(exc: ConfigError) -> int:
+    """One line per problem on stderr; exit code 2."""
+    for line in str(exc).splitlines() or [""]:
+        print(f"config error: {line}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return (serve_cli.serve_main if argv[0] == "serve" else serve_cli.models_main)(argv[1:])
         except ConfigError as exc:
-            print(f"config error: {exc}", file=sys.stderr)
-            return 2
+            return config_failure(exc)
     if argv[:1] == ["eval"]:
         from cluster import eval_cli
 
@@ -227,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_gc(args.run_id, args.older_than, args.engine, args.force)
         return cmd_fake_server(args)
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return config_failure(exc)
 
 
 if __name__ == "__main__":

@@ -158,16 +158,19 @@ class Composer:
             replaces = base is None or extra.get("type", base.get("type")) != base.get("type")
             return extra if replaces else deep_merge(base, extra)
 
-        agent = component(AGENTS, section("agent"), prefix + "agent")
-        agent_obj = build(agent)
+        parts, problems = {}, []
+        for key, registry in (("agent", AGENTS), ("environment", ENVIRONMENTS), ("runtime", RUNTIMES),
+                              ("verifier", VERIFIERS)):
+            try:  # every section checked, so one run of the command shows every problem
+                parts[key] = component(registry, section(key), prefix + key)
+            except ConfigError as exc:
+                problems.append(exc)
+        if problems:
+            raise ConfigError("\n".join([problems[0].message, *(str(e) for e in problems[1:])]), problems[0].field)
+        agent_obj = build(parts["agent"])
         limits = agent_obj.limits() if hasattr(agent_obj, "limits") else Limits()
-        return Profile(
-            agent=agent_obj,
-            limits=limits,
-            environment=component(ENVIRONMENTS, section("environment"), prefix + "environment"),
-            runtime=component(RUNTIMES, section("runtime"), prefix + "runtime"),
-            verifier=component(VERIFIERS, section("verifier"), prefix + "verifier"),
-        )
+        return Profile(agent=agent_obj, limits=limits, environment=parts["environment"], runtime=parts["runtime"],
+                       verifier=parts["verifier"])
 
     def build_model(self, base_url: str | None = None) -> Model:
         comp = self.model_component

@@ -7,14 +7,20 @@ implementation's own ``<Class>Config``; ``cluster.compose`` does that before any
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from cluster.gym.config import GymSection
 from cluster.serving.config import ServeSection
 from rollout.config import StrictModel
+from rollout.errors import ConfigError
 from rollout.paths import name_problem
+from rollout.retype import LoadedConfig, apply_retypes
+
+COMPONENTS = ("model", "agent", "environment", "runtime", "verifier")
+"""The sections that pick an implementation by ``type``, at the top level and under ``profiles.<name>``."""
 
 
 class DatasetConfig(StrictModel):
@@ -142,8 +148,42 @@ class RunConfig(StrictModel):
             data = {**data, "model": model, "serve": nested if nested is not None else data.get("serve")}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _retyped(cls, data: Any) -> Any:
+        """Sections whose ``type`` an override changed lose the keys the new type does not take, with a note on
+        stderr (``rollout.retype``). Defined after ``_serve_in_model`` so that it runs first (pydantic runs the
+        last ``before`` validator first), on what ``load_config`` returned."""
+        if isinstance(data, LoadedConfig):
+            for note in apply_retypes(data, section_keys):
+                print(note, file=sys.stderr, flush=True)
+        return data
+
     @model_validator(mode="after")
     def _one_server(self) -> "RunConfig":
         if self.fake_server is not None and self.serve is not None:
             raise ValueError("serve and fake_server both serve the run's model: keep one")
         return self
+
+
+def section_keys(path: tuple[str, ...], type_name: Any) -> set[str] | None:
+    """The keys a component section (``runtime``, ``profiles.<name>.agent``, ...) of this type accepts: the fields
+    of the implementation's ``<Class>Config``. None when ``path`` is no component section, the type does not load
+    (validation names it) or the class has no config model."""
+    if path[-1] not in COMPONENTS or len(path) not in (1, 3) or (len(path) == 3 and path[0] != "profiles"):
+        return None
+    from cluster import names
+
+    registry = {"model": names.MODELS, "agent": names.AGENTS, "environment": names.ENVIRONMENTS,
+                "runtime": names.RUNTIMES, "verifier": names.VERIFIERS}[path[-1]]
+    if path[-1] == "runtime" and type_name == "auto":  # per-runtime sub-sections (cluster.host_checks)
+        return {"type", *registry.names()}
+    try:
+        cls = registry.load(str(type_name), field=".".join(path + ("type",)))
+    except ConfigError:
+        return None
+    config_cls = getattr(sys.modules[cls.__module__], f"{cls.__name__}Config", None)
+    if not (isinstance(config_cls, type) and issubclass(config_cls, BaseModel)):
+        return None
+    keys = {name for name in config_cls.model_fields} | {f.alias for f in config_cls.model_fields.values() if f.alias}
+    return keys | ({"serve"} if path[-1] == "model" else set())  # model.serve: the run's serve section

@@ -75,9 +75,9 @@ def models_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     tiny = sub.add_parser("tiny", help="write a tiny Qwen2-architecture model (random weights) to DIR")
     tiny.add_argument("dir", metavar="DIR")
-    tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--hidden", type=int, default=64)
-    tiny.add_argument("--layers", type=int, default=2)
+    tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    tiny.add_argument("--hidden", type=int, default=64, help="hidden size (default 64; head_dim stays 32)")
+    tiny.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
     args = parser.parse_args(argv)
     from cluster.serving.tiny_model import write_tiny_model
 

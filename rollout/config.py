@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rollout.errors import ConfigError
+from rollout.retype import LoadedConfig, find_retypes
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -106,15 +107,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-def load_config(paths: list[str | Path], overrides: list[str] = ()) -> dict[str, Any]:
+def load_config(paths: list[str | Path], overrides: list[str] = ()) -> LoadedConfig:
+    """The files merged in order, then the overrides; remembers the sections whose ``type`` an override changed
+    (``rollout.retype``: the schema drops the old type's keys when it validates)."""
     data: dict[str, Any] = {}
     for path in paths:
         data = deep_merge(data, load_yaml(path))
-    return apply_overrides(data, list(overrides))
+    merged = apply_overrides(data, list(overrides))
+    retypes = find_retypes(data, [(text, parse_override(text)[0]) for text in overrides], merged)
+    return LoadedConfig(merged, retypes=retypes)
 
 
 def validate(model: type[M], data: Any, prefix: str = "") -> M:
-    """``model.model_validate(data)``, with the first error turned into a one-line ConfigError."""
+    """``model.model_validate(data)``, its errors turned into a ConfigError (``config_error``)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -130,17 +135,26 @@ def coerce(model: type[M], config: Any, prefix: str = "") -> M:
 
 
 def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
-    errors = exc.errors()
-    first = errors[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    field = ".".join(p for p in (prefix, loc) if p)
-    msg = first["msg"]
-    if first["type"] == "extra_forbidden":
+    """Every problem, one line each (``field: message``); the error's ``field`` is the first problem's."""
+    problems: list[tuple[str, str]] = []
+    for error in exc.errors():
+        found = problem(error, prefix, model_name(exc))
+        if found not in problems:
+            problems.append(found)
+    (field, first), *rest = problems
+    return ConfigError("\n".join([first, *(f"{f}: {m}" for f, m in rest)]), field)
+
+
+def problem(error: Any, prefix: str, model: str) -> tuple[str, str]:
+    """(field, message) of one validation error."""
+    loc = ".".join(str(p) for p in error["loc"])
+    field = ".".join(p for p in (prefix, loc) if p) or model
+    msg = error["msg"]
+    if error["type"] == "extra_forbidden":
         msg = "unknown key"
-    elif "input" in first and not isinstance(first["input"], (dict, list)):
-        msg = f"{msg} (got {first['input']!r})"
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return ConfigError(msg + more, field or model_name(exc))
+    elif "input" in error and not isinstance(error["input"], (dict, list)):
+        msg = f"{msg} (got {error['input']!r})"
+    return field, msg
 
 
 def model_name(exc: ValidationError) -> str:

@@ -3,6 +3,7 @@
 import pytest
 
 from rollout.config import StrictModel, load_config, validate
+from rollout.retype import apply_retypes
 from rollout.errors import ConfigError
 from agents.registry import AGENTS
 from rollout.registry import Registry
@@ -74,3 +75,62 @@ def test_colon_numbers_stay_strings_not_sexagesimal(tmp_path):
     # YAML 1.1 would read 3:5 as 185; a dataset slice must stay "3:5"
     data = load_config([write(tmp_path, "s.yaml", "slice: 3:5\nn: 1e3\n")], ["other=10:20"])
     assert data == {"slice": "3:5", "n": 1000.0, "other": "10:20"}
+
+
+def test_every_problem_is_listed_one_line_each():
+    with pytest.raises(ConfigError) as err:
+        validate(Root, {"agent": {"max_steps": "ten", "max_stepz": 3}, "name": 5, "extra": 1})
+    assert str(err.value).splitlines() == [
+        "agent.max_steps: Input should be a valid integer, unable to parse string as an integer (got 'ten')",
+        "agent.max_stepz: unknown key",
+        "name: Input should be a valid string (got 5)",
+        "extra: unknown key",
+    ]
+    assert err.value.field == "agent.max_steps"  # the first problem's field, as before
+
+
+AUTO = "runtime:\n  type: auto\n  docker: {memory: 1g}\n  local: {timeout: 120}\n" \
+       "agent:\n  type: a\n  only_a: 1\n  shared: 2\n"
+KEYS = {"local": {"type", "timeout"}, "docker": {"type", "memory", "timeout"}, "b": {"type", "shared"}}
+
+
+def section_keys(path, type_name):
+    return KEYS.get(type_name)
+
+
+def test_an_override_that_changes_a_type_drops_what_the_new_type_does_not_take(tmp_path):
+    data = load_config([write(tmp_path, "c.yaml", AUTO)], ["runtime.type=local", "agent.type=b"])
+    notes = apply_retypes(data, section_keys)
+    assert data["runtime"] == {"type": "local", "timeout": 120}  # auto's local sub-section becomes the section
+    assert data["agent"] == {"type": "b", "shared": 2}
+    assert notes == [
+        "runtime.type=local replaces auto: dropped runtime.docker, runtime.local (not options of local); "
+        "carried over runtime.local's timeout",
+        "agent.type=b replaces a: dropped agent.only_a (not an option of b)"]
+    assert apply_retypes(data, section_keys) == []  # applied once
+
+
+def test_keys_set_on_the_command_line_are_never_dropped(tmp_path):
+    overrides = ["runtime.type=local", "runtime.timeout=5", "runtime.docker.memory=2g", "agent.type=b",
+                 "agent.only_a=7"]
+    data = load_config([write(tmp_path, "c.yaml", AUTO)], overrides)
+    notes = apply_retypes(data, section_keys)
+    assert data["runtime"] == {"type": "local", "docker": {"memory": "2g"}, "timeout": 5}  # docker: still an error
+    assert data["agent"] == {"type": "b", "only_a": 7, "shared": 2}
+    assert notes == ["runtime.type=local replaces auto: dropped runtime.local (not an option of local); "
+                     "carried over runtime.local's timeout"]
+
+
+def test_a_section_given_whole_or_kept_on_its_type_is_left_alone(tmp_path):
+    path = write(tmp_path, "c.yaml", AUTO)
+    for overrides in (["runtime={type: local, docker: 1}"], ["runtime.type=auto"], ["agent.type=unknown_type"]):
+        data = load_config([path], overrides)
+        before = {k: dict(v) for k, v in data.items()}
+        assert apply_retypes(data, section_keys) == []
+        assert data == before
+
+
+def test_a_section_whose_type_changed_again_before_validation_is_left_alone(tmp_path):
+    data = load_config([write(tmp_path, "c.yaml", AUTO)], ["agent.type=b"])
+    data["agent"] = {"type": "local", "only_a": 1}  # as `runtime: auto` becomes the runtime it picks
+    assert apply_retypes(data, section_keys) == [] and data["agent"] == {"type": "local", "only_a": 1}

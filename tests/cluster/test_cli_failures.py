@@ -118,3 +118,15 @@ def test_a_bad_fake_server_section_fails_before_any_work(tmp_path):
         assert out.returncode == 2, out.stderr
         assert out.stderr.count("\n") == 1 and field in out.stderr, out.stderr
         assert not (tmp_path / "local_demo").exists()
+
+
+def test_a_config_error_lists_every_problem_one_line_each(tmp_path):
+    out = rollout(tmp_path, str(DEMO), "run.samples=0", "run.concurrency=many", "output.trajectoriez=false")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines() == [
+        "config error: run.samples: Input should be greater than or equal to 1 (got 0)",
+        "config error: run.concurrency: Input should be a valid integer, unable to parse string as an integer "
+        "(got 'many')",
+        "config error: output.trajectoriez: unknown key"], out.stderr
+    assert "more)" not in out.stderr
+    assert not (tmp_path / "local_demo").exists()
