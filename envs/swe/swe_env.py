@@ -18,15 +18,16 @@ from pydantic import Field, field_validator
 from envs.images.image_gc import parse_size
 from envs.images.image_names import image_for
 from envs.swe.swe_patch import diff_paths
+from envs.swe.swe_rows import agent_base, check_shape, ref_problem, required_fields, start_ref
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
 from rollout.config import StrictModel
+from rollout.errors import ContainerStartError
 from rollout.protocols import EnvReset, Runtime
 from rollout.records import Action, Observation, Task
 
 RuntimeBuilder = Callable[..., Runtime]
 """``builder(**overrides) -> Runtime``: the run's runtime section with e.g. ``image=`` / ``workdir=`` set."""
 
-REQUIRED = ("base_commit", "problem_statement")
 LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
 
 
@@ -60,13 +61,9 @@ class SweEnvironmentConfig(StrictModel):
         return None if self.image_budget is None else parse_size(self.image_budget)
 
 
-COMMIT_ISH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]{0,199}")
-"""A commit sha, branch, tag or ``HEAD~1``-style expression: never an option, never shell syntax."""
-
-
 def check_row(task: Task) -> None:
     """A SWE row's fields, checked when the dataset loads (the loader adds the line number)."""
-    for name in REQUIRED:
+    for name in required_fields(task.data):
         if not isinstance(task.data.get(name), str) or not task.data[name]:
             raise ValueError(f"field {name}: missing or not a string")
     check_grading_fields(task)
@@ -74,11 +71,11 @@ def check_row(task: Task) -> None:
 
 def check_grading_fields(task: Task) -> None:
     """The fields grading reads, checked when a dataset loads (for a run and for ``rollout eval``):
-    ``base_commit`` a commit or ref name, ``test_patch`` a diff, the test id lists lists of strings."""
+    ``base_commit`` a commit or ref name, ``test_patch`` a diff, the test id lists lists of strings, and the
+    fields of the row's shape (``envs.swe.swe_rows.check_shape``: a 5.x row's eval script, parser, type, image)."""
     commit = task.data.get("base_commit")
-    if commit is not None and (not isinstance(commit, str) or COMMIT_ISH.fullmatch(commit) is None
-                               or ".." in commit or commit.endswith((".lock", "/", "."))):
-        raise ValueError(f"field base_commit: {str(commit)[:80]!r} is not a commit sha or ref name")
+    if commit is not None and ref_problem(commit):
+        raise ValueError(f"field base_commit: {ref_problem(commit)}")
     problem = diff_problem(task.data.get("test_patch"))
     if problem:
         raise ValueError(f"field test_patch: {problem}")
@@ -92,6 +89,7 @@ def check_grading_fields(task: Task) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"field {name}: must be a list of test ids")
         task.data[name] = value
+    check_shape(str(task.data.get("instance_id") or task.task_id), task.data)
 
 
 def diff_problem(patch: object) -> str | None:
@@ -142,7 +140,7 @@ class SweEnvironment:
         if not repo:
             raise ValueError(f"task {task.task_id} has no repo_path: a runtime without images cannot get its "
                              "repository")
-        return PreparedRepoRuntime(self.builder(), repo, task.data["base_commit"], "testbed")
+        return PreparedRepoRuntime(self.builder(), repo, agent_base(_ident(task), task.data), "testbed")
 
     def repo_dir_for(self, task: Task) -> str:
         return self.config.repo_dir or ("/testbed" if self.images else "testbed")
@@ -161,6 +159,12 @@ class SweEnvironment:
             ShellEnvironmentConfig(cwd=self.repo_dir, command_timeout=self.config.command_timeout, env=self.config.env),
         )
         reset = await self.shell.reset(task)
+        ref = start_ref(_ident(task), task.data) if self.images else None
+        if ref is not None:  # a SWE-smith row: its instance branch (the bug, its failing tests removed)
+            out = await runtime.exec(f"git -c advice.detachedHead=false checkout -q {shlex.quote(ref)} --",
+                                     cwd=self.repo_dir, timeout=120)
+            if out.returncode != 0:
+                raise ContainerStartError(f"cannot check out {ref} in the image: {out.output[-500:]}", False)
         reset.info.update({"cwd": self.repo_dir, "repo": task.data.get("repo", ""), "image": _image_of(runtime)})
         return reset
 
@@ -176,13 +180,17 @@ class SweEnvironment:
         if submission and submission.strip():
             return submission, "submission"
         if self.config.fallback_patch == "diff" and self.shell is not None and self.task is not None:
-            base = self.task.data["base_commit"]
+            base = agent_base(_ident(self.task), self.task.data)
             diff = f"git add -A && git diff --cached --binary {shlex.quote(base)} --"
             out = await self.runtime.exec(diff, cwd=self.repo_dir,
                                           timeout=120)
             if out.returncode == 0 and out.output.strip():
                 return out.output, "diff"
         return None, "none"
+
+
+def _ident(task: Task) -> str:
+    return str(task.data.get("instance_id") or task.task_id)
 
 
 def _image_of(runtime: Runtime) -> str | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from envs.swe.pytest_log import END_MARKER, START_MARKER
 from envs.swe.swe_patch import diff_paths, reset_script, restore_script, save_script
 from envs.swe.swe_protect import section_script
+from envs.swe.swe_v5 import eval_body, report_export
 
 LOG_CAP = 256 * 1024 * 1024
 """Bytes of test output kept on the runtime's disk (a test printing forever must not fill it)."""
@@ -45,7 +46,7 @@ step() {
 _TESTS = """\
 printf '%s begin tests %s\\n' "$P" "${EPOCHREALTIME:-$SECONDS}"
 set -o pipefail
-{ timeout -k GRACE LIMIT bash "$S/eval.sh" "$PWD" 2>&1 & p=$!; wait "$p"; c=$?; kill -9 -- "-$p"
+{ timeout -k GRACE LIMIT bash "$S/eval.sh" "$PWD" 2>&1 KEY& p=$!; wait "$p"; c=$?; kill -9 -- "-$p"
   exit "$c"; } 2>/dev/null | head -c CAP > "$S/log"
 r=$?
 printf '\\n%s end tests %s %s\\n' "$P" "$r" "${EPOCHREALTIME:-$SECONDS}"
@@ -81,13 +82,15 @@ class EvalScript:
     """The bash script of one grading, run in the repository. Its steps, each between markers: ``unpack``
     (the patches and helper scripts into a scratch directory outside the repository, unique per grading),
     ``apply1``... (the ladder; ``save`` before the second attempt and ``restore`` before each later one, so
-    every attempt starts from the original tree), ``reset`` (the test patch's files and ``reset_paths`` put
+    every attempt starts from the original tree; ``checkout1``... first when there are refs to check out),
+    ``reset`` (the test patch's files and ``reset_paths`` put
     back as at ``base``, the pytest sections of ``section_paths`` restored; when there is any), ``test_patch``
     (when there is one), ``tests`` (the log into a file, under ``eval_timeout``; with ``report``, pytest also
     writes a junitxml report to a path no patch can name in advance), ``report`` (that report printed) and
     ``log`` (the log printed). Each preparation step runs under ``setup_timeout`` and prints at most
     ``STEP_CAP`` bytes (its tail); the script ends early when one fails (an apply attempt: when it was the
-    last), and never exits with the tests' code (a runtime may read 124 as its own timeout)."""
+    last), and never exits with the tests' code (a runtime may read 124 as its own timeout). ``eval_script``: a 5.x
+    row's own script runs as the tests (``envs.swe.swe_v5.eval_body``), the marker prefix on its stdin."""
 
     token: str
     model_patch: str
@@ -102,6 +105,8 @@ class EvalScript:
     reset_paths: Sequence[str] = ()
     section_paths: Sequence[str] = ()
     report: bool = False
+    eval_script: str = ""
+    checkout: Sequence[str] = ()
     name: str = field(default_factory=lambda: secrets.token_hex(8))
     """Names the scratch directory and the report: random, and not the token."""
 
@@ -135,7 +140,7 @@ class EvalScript:
     def limit(self) -> float:
         """Seconds the whole script may take: every in-container limit added up, plus slack. A backstop only:
         each step's own ``timeout`` stops it first."""
-        steps = len(self.ladder) + 4  # save, restore, reset, test patch
+        steps = len(self.ladder) + len(self.checkout) + 4  # save, restore, reset, test patch
         return self.eval_timeout + steps * (self.setup_timeout + KILL_GRACE) + KILL_GRACE + 30
 
     def resets(self) -> bool:
@@ -158,7 +163,11 @@ class EvalScript:
                  _STEP.replace("STEPCAP", str(STEP_CAP)), "unpack() {", 'mkdir -p -- "$S" || return 1']
         for name, content in files.items():
             lines.append(f'printf -- {_printf_format(content)} > "$S/{name}" || return 1')
-        lines += ["}", "step unpack unpack", '[ "$r" = 0 ] || exit 0', *self._ladder()]
+        lines += ["}", "step unpack unpack", '[ "$r" = 0 ] || exit 0']
+        for number, ref in enumerate(self.checkout, 1):
+            lines += [f"step checkout{number} {self._timeout()} {self.git} -c advice.detachedHead=false checkout -q "
+                      f"{shlex.quote(ref)} --", '[ "$r" = 0 ] || exit 0']
+        lines += self._ladder()
         if self.resets():
             lines += [f'step reset {self._timeout()} bash "$S/reset.sh"', '[ "$r" = 0 ] || exit 0']
         if self.test_patch.strip():
@@ -170,7 +179,8 @@ class EvalScript:
                       f"cat -- {shlex.quote(self.report_path)} 2>/dev/null\n"
                       "printf '\\n%s end report %s %s\\n' \"$P\" \"$?\" \"${EPOCHREALTIME:-$SECONDS}\"")
         lines.append(_TESTS.replace("GRACE", str(KILL_GRACE)).replace("LIMIT", f"{self.eval_timeout:g}")
-                     .replace("CAP", str(LOG_CAP)).replace("REPORT", report))
+                     .replace("CAP", str(LOG_CAP)).replace("REPORT", report)
+                     .replace("KEY", '<<<"$P" ' if self.eval_script else ""))
         return "\n".join([*lines, _LAST_LINE]) + "\n"
 
     def steps(self, output: str) -> dict[str, Step]:
@@ -213,10 +223,9 @@ class EvalScript:
     def _eval_body(self) -> str:
         # Plain bash, as the harness runs its eval script; its START/END markers frame the test output. The
         # report option goes in after the setup lines, so only the test command's pytest writes it.
-        report = ""
-        if self.report:
-            option = shlex.quote(f"--junitxml={self.report_path}")
-            report = f'export PYTEST_ADDOPTS={option}"${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"\n'
+        report = report_export(self.report_path) + "\n" if self.report else ""
+        if self.eval_script:
+            return eval_body(self.eval_script, report)
         return (f'cd -- "$1" || exit 2\n{self.setup}\n{report}echo {shlex.quote(START_MARKER)}\n{self.command}\n'
                 f'rc=$?\necho {shlex.quote(END_MARKER)}\nexit $rc\n')
 

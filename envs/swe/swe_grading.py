@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
@@ -16,16 +15,15 @@ from envs.swe.swe_script_run import ScriptRun, printed_step, remove_scratch, run
 from envs.swe.swe_patch import diff_paths
 from envs.swe.swe_protect import restored_sections, test_file_paths, test_like, to_reset, with_sections
 from envs.swe.swe_reports import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
+from envs.swe.swe_rows import APPLY_LADDER, SWEBENCH5, EvalPlan, tests_of
 from envs.swe.swe_specs import eval_plan
+from envs.swe.swe_v5 import ENVIRONMENT, categories, classify, judge, take_exit_code
 from rollout.errors import VerifierError
 from rollout.protocols import Runtime
 
 __all__ = ["APPLY_LADDER", "Grade", "grade"]
 
-APPLY_LADDER = ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5 -p1 -i")
-"""The harness's commands, most exact first; the first that exits 0 applied the patch."""
 _GIT = "git -c safe.directory='*'"  # a repository owned by another user (an image's /testbed) is still ours
-"""Seconds past the script's limit after which we stop waiting for a runtime that does not enforce timeouts."""
 
 
 async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_factory: Callable[[], Runtime], *,
@@ -48,10 +46,14 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     configuration scores 0 without running. Report and log files are read back only when the output was cut
     short; scratch files are removed afterwards only where they outlive the runtime (a local workspace).
     ``durations``: start, apply, reset, tests (by the script's clock), overhead (the rest of the exec:
-    the call, the shells, printing the log), read and cleanup (if any), close, total."""
+    the call, the shells, printing the log), read and cleanup (if any), close, total.
+
+    Each row shape is graded as its own harness does (``envs.swe.swe_rows``): a 5.x row runs its own eval script
+    (the test patch applied by it), its log judged and its tests sorted by 5.x's rules; a SWE-smith row is first
+    checked out at its instance branch's parent; the apply ladder is the shape's harness's."""
     say = log or (lambda _msg: None)
     ident = str(task_data.get("instance_id") or task_data.get("task_id") or "")
-    expected = {c: _test_list(task_data, c, ident) for c in CATEGORIES}
+    expected = {c: tests_of(task_data, c, ident) for c in CATEGORIES}
     if "FAIL_TO_PASS" not in task_data:
         raise VerifierError(f"instance {ident} has no FAIL_TO_PASS tests", retryable=False)
     result = Grade(instance_id=ident, patch_is_None=model_patch is None,
@@ -61,7 +63,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         say(f"{ident}: no patch, unresolved")
         return result
     plan = eval_plan(task_data, ident)
-    result.test_cmd = plan.command
+    result.test_cmd, result.harness = plan.command, plan.harness
     test_patch = str(task_data.get("test_patch") or "")
     tested = expected[FAIL_TO_PASS] + expected[PASS_TO_PASS]
     protected = [*diff_paths(test_patch), *test_file_paths(tested)]
@@ -71,9 +73,11 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         say(f"{ident}: {result.unresolved_reason}")
         return result
     reset, sections = to_reset(touched, protected), with_sections(touched)
-    script = EvalScript(secrets.token_hex(6), model_patch, test_patch, str(task_data.get("base_commit") or "HEAD"),
-                        plan.setup, plan.command, APPLY_LADDER, _GIT, setup_timeout, eval_timeout,
-                        reset_paths=reset, section_paths=sections, report=wants_report(plan.command))
+    base = plan.base or str(task_data.get("base_commit") or "HEAD")
+    report = wants_report(plan.command) if plan.report is None else plan.report
+    script = EvalScript(secrets.token_hex(6), model_patch, "" if plan.eval_script else test_patch, base, plan.setup,
+                        plan.command, plan.ladder, _GIT, setup_timeout, eval_timeout, reset_paths=reset,
+                        section_paths=sections, report=report, eval_script=plan.eval_script, checkout=plan.checkout)
     began = time.monotonic()
     mark = _clock(result, began)
     runtime = runtime_factory()
@@ -102,11 +106,11 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
             raise run.stopped("before the tests" if tests is None else "while the tests ran")
         # Still running when the exec's backstop fired, or stopped by the in-container timeout.
         result.timed_out = tests.returncode is None or tests.stopped(eval_timeout)
-        result.test_returncode = None if result.timed_out else tests.returncode
+        result.eval_script_returncode = None if result.timed_out else tests.returncode
         text = await printed_step(runtime, run, "log", script.log_path, mark)
         if result.timed_out:
             text += f"\n\nTimeout error: {eval_timeout:g} seconds exceeded.\n"
-        statuses = plan.parse(eval_section(text)) or plan.parse(text)  # the harness's fallback
+        text, statuses, why = _read_log(result, plan, script, text)
         unconfirmed_tests: list[str] = []
         if script.report and not result.timed_out:
             cases = read_junit((await printed_step(runtime, run, "report", script.report_path, mark)).encode())
@@ -115,12 +119,13 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
             statuses = demote(statuses, unconfirmed_tests)
         result.test_statuses = statuses
         result.test_output = text if len(text) <= max_log_chars else "[... cut ...]\n" + text[-max_log_chars:]
-        result.tests_status = status_by_category(result.test_statuses, expected, fail_only=plan.fail_only)
+        sort = categories if plan.harness == SWEBENCH5 else status_by_category
+        result.tests_status = {} if why else sort(result.test_statuses, expected, fail_only=plan.fail_only)
         exit_ok = result.test_returncode in (0, 1)
-        result.resolved = not result.timed_out and exit_ok and is_resolved(result.tests_status)
+        result.resolved = not (result.timed_out or why) and exit_ok and is_resolved(result.tests_status)
         result.reward = 1.0 if result.resolved else 0.0
         if not result.resolved:
-            result.unresolved_reason = _reason(result, unconfirmed_tests, eval_timeout)
+            result.unresolved_reason = _reason(result, unconfirmed_tests, eval_timeout, why)
         say(f"{ident}: {'resolved' if result.resolved else result.unresolved_reason}")
         return result
     finally:
@@ -134,11 +139,29 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
             result.durations["total"] = round(time.monotonic() - began, 3)
 
 
-def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float) -> str:
+def _read_log(result: Grade, plan: EvalPlan, script: EvalScript, text: str) -> tuple[str, dict[str, str], str]:
+    """(the log as the row's harness has it, its statuses, why a 5.x log grades nothing or ""); the test command's
+    exit code recorded (a 5.x row's: from the line only its eval script can print, taken out of the log)."""
+    if plan.harness != SWEBENCH5:
+        result.test_returncode = result.eval_script_returncode
+        return text, plan.parse(eval_section(text)) or plan.parse(text), ""  # the harness's fallback: the whole log
+    text, code = take_exit_code(text, script.prefix)
+    result.test_returncode = None if result.timed_out else code
+    statuses, why = judge(text, plan.parse, code)
+    result.log_valid = not why
+    found = classify(text) if why else None
+    if found is not None:
+        result.infra_failure_reason, result.infra_failure = found[0], found[1] == ENVIRONMENT
+    return text, statuses, why
+
+
+def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float, why: str = "") -> str:
     """Why a graded patch is unresolved, the grader's own findings first."""
     restored = f" (the patch changed {_few(result.restored)}: restored to base_commit)" if result.restored else ""
     if result.timed_out:
         return f"the tests ran past the {eval_timeout:g}s limit{restored}"
+    if why:
+        return f"the log grades nothing by the 5.x harness's rules: {why}{restored}"
     if result.test_returncode not in (0, 1):
         return (f"the test command exited with {result.test_returncode} (not 0 or 1: the run was interrupted, "
                 f"crashed or killed){restored}")
@@ -161,8 +184,10 @@ def _applied(run: ScriptRun) -> tuple[str | None, str, str]:
     the runtime's cap before the tests ran is the patch's doing (each step prints a bounded tail, so only the
     patch can make it that long): it did not apply."""
     run.require("unpack")
+    for number in range(1, len(run.script.checkout) + 1):
+        run.require(f"checkout{number}")
     outputs = []
-    for number, command in enumerate(APPLY_LADDER, 1):
+    for number, command in enumerate(run.script.ladder, 1):
         try:
             if number > 1:
                 run.require("save" if number == 2 else "restore")
@@ -210,20 +235,6 @@ def _clock(result: Grade, began: float) -> Callable[..., float]:
         return seconds
 
     return mark
-
-
-def _test_list(task_data: Mapping[str, Any], key: str, ident: str) -> list[str]:
-    value = task_data.get(key)
-    if value is None or value == "":
-        return []
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise VerifierError(f"instance {ident}: {key} is neither a list nor a JSON list", retryable=False) from None
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise VerifierError(f"instance {ident}: {key} must be a list of test ids", retryable=False)
-    return value
 
 
 # ---- the verifier ------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""SWE-bench report formats: the Grade record, tests by category, predictions, per-instance reports, run summary."""
+"""SWE-bench report formats: tests by category, predictions, per-instance reports, run summary (the Grade record:
+``envs.swe.swe_grade``)."""
 
 from __future__ import annotations
 
@@ -7,80 +8,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from envs.swe.pytest_log import FAILED, FAILING, PASSING
+from envs.swe.swe_grade import Grade
 from rollout.errors import ConfigError
 from rollout.paths import under
 from rollout.run_files import write_bytes
-from rollout.records import Record
+
+__all__ = ["Grade", "status_by_category", "is_resolved", "prediction", "write_preds", "load_predictions",
+           "instance_log_dir", "write_instance_report", "run_summary", "write_run_report"]
 
 KEY_INSTANCE_ID, KEY_MODEL, KEY_PREDICTION = "instance_id", "model_name_or_path", "model_patch"
 FAIL_TO_PASS, PASS_TO_PASS, FAIL_TO_FAIL, PASS_TO_FAIL = "FAIL_TO_PASS", "PASS_TO_PASS", "FAIL_TO_FAIL", "PASS_TO_FAIL"
 CATEGORIES = (FAIL_TO_PASS, PASS_TO_PASS, FAIL_TO_FAIL, PASS_TO_FAIL)
 RUN_EVALUATION_DIR = Path("logs", "run_evaluation")
-
-
-class Grade(Record):
-    """One instance graded. The first fields are the harness's report.json fields; the rest say how."""
-
-    instance_id: str = ""
-    patch_is_None: bool = False
-    """No patch at all (the rollout ended without submitting)."""
-    patch_exists: bool = False
-    """A non-empty patch was submitted."""
-    patch_successfully_applied: bool = False
-    resolved: bool = False
-    """Every FAIL_TO_PASS and PASS_TO_PASS test passes (the harness's rule: SKIPPED counts as neither)."""
-    tests_status: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
-    """``{FAIL_TO_PASS: {success: [...], failure: [...]}, PASS_TO_PASS: ..., FAIL_TO_FAIL: ..., PASS_TO_FAIL: ...}``;
-    empty when the tests did not run."""
-    reward: float = 0.0
-    apply_method: str | None = None
-    """The command of the leniency ladder that applied the patch."""
-    apply_output: str = ""
-    timed_out: bool = False
-    """The tests ran past the evaluation timeout (graded unresolved, as the harness does)."""
-    test_cmd: str = ""
-    test_returncode: int | None = None
-    """The test command's exit code: anything but 0 or 1 (interrupted, crashed, killed) resolves nothing."""
-    unresolved_reason: str = ""
-    """Why the patch is not resolved (empty when it is): the grader's findings first, then failing tests."""
-    restored: list[str] = Field(default_factory=list)
-    """Files the tests rely on that the patch had changed, put back as at base_commit before the tests ran
-    (for tox.ini, setup.cfg, pyproject.toml: their pytest section)."""
-    report_found: bool | None = None
-    """pytest wrote its junitxml report (None: not asked for, or the tests timed out)."""
-    test_output: str = ""
-    """The raw test log (its tail past the grader's cap)."""
-    test_statuses: dict[str, str] = Field(default_factory=dict)
-    """Test id → status parsed from the whole log."""
-    durations: dict[str, float] = Field(default_factory=dict)
-    """Seconds per phase: start, write, apply, reset, tests, overhead, read and cleanup
-    (when they happen), close, total."""
-
-    @property
-    def completed(self) -> bool:
-        """The harness would have written a report.json: a patch applied and the tests finished in time."""
-        return self.patch_exists and self.patch_successfully_applied and not self.timed_out
-
-    def report(self) -> dict[str, Any]:
-        """The harness's report.json content."""
-        keys = ("patch_is_None", "patch_exists", "patch_successfully_applied", "resolved")
-        fields: dict[str, Any] = {k: getattr(self, k) for k in keys}
-        if self.tests_status:
-            fields["tests_status"] = self.tests_status
-        return {self.instance_id: fields}
-
-    def report_json(self) -> dict[str, Any]:
-        """What report.json holds: the harness's fields, then the test command's exit code and, when
-        unresolved, the reason (keys the harness's readers ignore)."""
-        content = self.report()
-        fields = content[self.instance_id]
-        fields["test_returncode"] = self.test_returncode
-        if self.unresolved_reason:
-            fields["unresolved_reason"] = self.unresolved_reason
-        return content
 
 
 def status_by_category(statuses: Mapping[str, str], expected: Mapping[str, Iterable[str]],

@@ -1,39 +1,56 @@
-"""How an instance's tests run and are read: its own ``test_cmd`` with the pytest parser, or else the SWE-bench
-harness's per-repository command and parser (optional ``swebench`` package)."""
+"""How an instance's tests run and are read, by its row's shape: a 5.x row's own eval script and parser; SWE-smith's
+and SWE-Gym's commands; else its own ``test_cmd`` with the pytest parser, or the SWE-bench harness's per-repository
+command and parser (optional ``swebench`` package)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from envs.swe.pytest_log import parse_test_statuses
+from envs.swe.log_parsers import PARSERS, PYTEST_FAMILY
+from envs.swe.pytest_log import END_MARKER, START_MARKER, parse_test_statuses
+from envs.swe.pytest_report import wants_report
+from envs.swe.swe_rows import SWEBENCH5, SWEGYM, SWESMITH, V5_LADDER, EvalPlan, shape_of
+from envs.swe.swe_smith_gym import CONDA_ACTIVATE, ENV_NAME, gym_plan, smith_plan
+from envs.swe.swe_v5 import script_lines
 from rollout.errors import VerifierError
 
-CONDA_ACTIVATE = "/opt/miniconda3/bin/activate"
-ENV_NAME = "testbed"
-"""Where the harness's images keep the instance's environment."""
-
-
-@dataclass
-class EvalPlan:
-    """Shell lines to run first, the test command, the log parser, and whether only FAILED fails."""
-
-    setup: str
-    command: str
-    parse: Callable[[str], dict[str, str]]
-    fail_only: bool = False
+__all__ = ["EvalPlan", "eval_plan", "swebench_plan", "v5_plan"]
 
 
 def eval_plan(task_data: Mapping[str, Any], ident: str) -> EvalPlan:
-    """The row's ``test_cmd`` (a string, or a list of commands run in turn) read with ``parse_test_statuses``;
-    without one, the harness's own spec for the row's repo and version."""
+    """By the row's shape: 5.x, SWE-smith, SWE-Gym (``envs.swe.swe_smith_gym``); else the row's ``test_cmd`` (a
+    string, or a list of commands run in turn) read with ``parse_test_statuses``; without one, the harness's own
+    spec for the row's repo and version."""
+    shape = shape_of(task_data)
+    if shape == SWEBENCH5:
+        return v5_plan(task_data, ident)
+    if shape == SWESMITH:
+        return smith_plan(task_data, ident)
+    if shape == SWEGYM:
+        return gym_plan(task_data, ident)
     test_cmd = task_data.get("test_cmd")
     if isinstance(test_cmd, list):
         test_cmd = "\n".join(str(c) for c in test_cmd)
     if test_cmd:
         return EvalPlan("", str(test_cmd), parse_test_statuses)
     return EvalPlan(*swebench_plan(task_data, ident))
+
+
+def v5_plan(task_data: Mapping[str, Any], ident: str) -> EvalPlan:
+    """A 5.x row: its ``eval_script`` run (it applies the test patch itself), read by its ``log_parser``, graded by
+    its ``eval_type``; pytest's report confirms the log when the parser reads pytest ids and the script runs pytest.
+    ``command`` (for the records): the script's lines between the test output markers."""
+    script, name = str(task_data.get("eval_script") or ""), str(task_data.get("log_parser") or "")
+    if name not in PARSERS:
+        raise VerifierError(f"instance {ident}: log_parser {name!r} is not one we read", retryable=False)
+    lines = script_lines(script)
+    start = next((n for n, line in enumerate(lines) if START_MARKER in line), 0)
+    end = next((n for n, line in enumerate(lines) if END_MARKER in line and n > start), len(lines))
+    command = "\n".join(lines[start + 1:end])
+    return EvalPlan("", command, PARSERS[name], fail_only=task_data.get("eval_type") == "fail_only",
+                    harness=SWEBENCH5, ladder=V5_LADDER, eval_script=script,
+                    report=name in PYTEST_FAMILY and wants_report(command))
 
 
 def swebench_plan(task_data: Mapping[str, Any], ident: str) -> tuple[str, str, Callable[[str], dict[str, str]], bool]:

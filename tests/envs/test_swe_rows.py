@@ -26,7 +26,8 @@ def test_anything_else_in_base_commit_is_refused(commit):
         check_row(row(base_commit=commit))
 
 
-@pytest.mark.parametrize("patch, says", [("just words", "not a diff"), ("--- a/t.py\n+++ b/t.py\n", "without any change"),
+@pytest.mark.parametrize("patch, says", [("just words", "not a diff"),
+                                         ("--- a/t.py\n+++ b/t.py\n", "without any change"),
                                          (["a list"], "must be a string")])
 def test_a_test_patch_that_is_not_a_diff_is_refused(patch, says):
     with pytest.raises(ValueError, match=f"field test_patch: .*{says}"):
