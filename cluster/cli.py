@@ -1,7 +1,7 @@
 """The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
-``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout gc``, ``rollout fake-server``,
-``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.serve_cli``), ``rollout gym collect`` (``GYM``);
-``rollout --version``.
+``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout report RUN``, ``rollout gc``,
+``rollout fake-server``, ``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.serve_cli``),
+``rollout gym collect`` (``GYM``); ``rollout --version``.
 
 Exit codes of ``rollout run``: 0 every rollout has a task outcome; 2 bad config, dataset, a changed run (config
 or dataset rows), a run directory another run is writing, or a check that fails before any work (one line per problem,
@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--stall", type=float, default=60.0, metavar="SECONDS",
                         help="flag in-flight rollouts without progress for this long as STALLED (default 60)")
     status.add_argument("--watch", action="store_true", help="redraw every 2 seconds until the run is over")
+    status.add_argument("--web", action="store_true", help="serve a live page of the run (charts too); print its URL")
+    status.add_argument("--host", default="127.0.0.1", help="with --web: interface to listen on (default 127.0.0.1; "
+                        "any other needs a token)")
+    status.add_argument("--port", type=int, default=0, help="with --web: port to listen on (default 0: a free one)")
+    status.add_argument("--token", default=None, help="with --web: the token the page asks for (default: one is "
+                        "generated when --host is not local)")
 
     repair = sub.add_parser("repair", help="move damaged lines of a run's results.jsonl to results.bad.jsonl")
     repair.add_argument("run", metavar="RUN_DIR_OR_RUN_ID", help="a run directory, or a run id under $ROLLOUT_HOME")
@@ -64,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="deploy a config's serve section on Ray Serve; print its base URL", add_help=False)
     sub.add_parser("models", help="rollout models tiny DIR: the tiny CPU model", add_help=False)
     sub.add_parser("gym", help="NeMo Gym's contract: " + ", ".join(GYM), add_help=False)
+    sub.add_parser("report", help="write a run's report.html and summary.png again (rollout report --help)",
+                   add_help=False)
 
     gc = sub.add_parser("gc", help="remove containers left behind by dead runs (labelled rollout-farm.run)")
     gc.add_argument("--run", dest="run_id", default=None, help="only this run id")
@@ -127,28 +135,6 @@ def _existing_run_dir(run: str):
     except FileNotFoundError as exc:
         print(exc, file=sys.stderr)
         return None
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    import time
-
-    from cluster import live, status
-
-    run_dir = _existing_run_dir(args.run)
-    if run_dir is None:
-        return 2
-    clear = args.watch and sys.stdout.isatty()
-    try:
-        while True:
-            state, report = status.status_report(run_dir, stall=args.stall)
-            print(("\x1b[H\x1b[2J" if clear else "") + report, flush=True)
-            if not args.watch or state != live.RUNNING:
-                return 0
-            time.sleep(2.0)
-            if not clear:
-                print(flush=True)
-    except KeyboardInterrupt:
-        return 0
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
@@ -219,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         from cluster import eval_cli
 
         return eval_cli.main(argv[1:])
+    if argv[:1] == ["report"]:
+        from cluster import report
+
+        return report.main(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "run" and not any(e.startswith("-") for e in extra):
@@ -229,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return cmd_run(args)
         if args.command == "status":
-            return cmd_status(args)
+            from cluster import status
+
+            return status.command(args)
         if args.command == "repair":
             return cmd_repair(args)
         if args.command == "gc":

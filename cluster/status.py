@@ -1,9 +1,12 @@
 """``rollout status``: find a run's directory, and report its progress, its in-flight rollouts (stalled ones
-flagged) from the live view, or once it is over the counts in results.jsonl."""
+flagged) from the live view, or once it is over the counts in results.jsonl; ``--watch`` redraws it, ``--web``
+serves the live page (``cluster.web.live_page``) until Ctrl-C."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -121,3 +124,50 @@ def results_report(run_dir: str | Path) -> str:
         pass
     summary = summarize(results, k_values=(1, samples) if samples > 1 else (1,))
     return "results (results.jsonl):\n" + "\n".join("  " + line for line in format_table(summary).splitlines())
+
+
+def command(args: argparse.Namespace) -> int:
+    """``rollout status RUN [--watch | --web [--host H] [--port P] [--token T]]``: 0, or 2 when there is no
+    such run (or the page's address cannot be bound)."""
+    try:
+        run_dir = find_run_dir(args.run)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.web:
+        return serve_web(run_dir, args.host, args.port, args.token, args.stall)
+    clear = args.watch and sys.stdout.isatty()
+    try:
+        while True:
+            state, report = status_report(run_dir, stall=args.stall)
+            print(("\x1b[H\x1b[2J" if clear else "") + report, flush=True)
+            if not args.watch or state != RUNNING:
+                return 0
+            time.sleep(2.0)
+            if not clear:
+                print(flush=True)
+    except KeyboardInterrupt:
+        return 0
+
+
+def serve_web(run_dir: Path, host: str, port: int, token: str | None, stall: float) -> int:
+    """Serve the run's live page until Ctrl-C (or SIGTERM); its URL is the first line printed."""
+    import signal
+
+    from cluster.web.live_page import start_for_run
+
+    try:
+        page = start_for_run(run_dir, host, port, token, stall=stall)
+    except OSError as exc:
+        print(f"cannot serve the live page on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"live page of {run_dir.name}: {page.url}", flush=True)
+    print("Ctrl-C stops it" + ("" if page.token is None else "; the page needs the token in its URL"), flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        page.stop()
