@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("gym", help="NeMo Gym's contract: " + ", ".join(GYM), add_help=False)
     sub.add_parser("report", help="write a run's report.html and summary.png again (rollout report --help)",
                    add_help=False)
+    sub.add_parser("metrics", help="rollout metrics scrape-config: a Prometheus config for the farm's metrics",
+                   add_help=False)
 
     gc = sub.add_parser("gc", help="remove containers left behind by dead runs (labelled rollout-farm.run)")
     gc.add_argument("--run", dest="run_id", default=None, help="only this run id")
@@ -205,10 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         from cluster import eval_cli
 
         return eval_cli.main(argv[1:])
-    if argv[:1] == ["report"]:
-        from cluster import report
+    if argv[:1] in (["report"], ["metrics"]):
+        from cluster import metrics_cli, report
 
-        return report.main(argv[1:])
+        return (report.main if argv[0] == "report" else metrics_cli.main)(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "run" and not any(e.startswith("-") for e in extra):

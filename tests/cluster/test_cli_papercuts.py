@@ -116,7 +116,7 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
 COMMANDS = ["rollout", "rollout run", "rollout status", "rollout repair", "rollout images", "rollout images base",
             "rollout images build", "rollout images prune", "rollout eval", "rollout serve", "rollout models",
             "rollout models tiny", "rollout gym", "rollout gym serve", "rollout gym collect", "rollout gc",
-            "rollout fake-server", "rollout report"]
+            "rollout fake-server", "rollout report", "rollout metrics", "rollout metrics scrape-config"]
 
 
 def test_the_walk_reaches_every_subcommand():
