@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Ray cluster to run on (same as farm.address; default $RAY_ADDRESS, else an embedded one)")
     run.add_argument("--local", action="store_true",
                      help="run the rollouts in this process instead of on Ray (same as farm.backend=local)")
+    run.add_argument("--web", action="store_true", help="serve the run's live page while it runs (prints its URL)")
+    run.add_argument("--web-host", default="127.0.0.1", help="the live page's interface (default 127.0.0.1; "
+                     "any other needs a token)")
+    run.add_argument("--web-port", type=int, default=0, help="the live page's port (default: a free one)")
+    run.add_argument("--web-token", default=None, help="the live page's token (default: made when bound wider)")
 
     status = sub.add_parser("status", help="what a run is doing: progress, in-flight rollouts, stalled ones")
     status.add_argument("run", metavar="RUN_DIR_OR_RUN_ID", help="a run directory, or a run id under $ROLLOUT_HOME")
@@ -110,6 +115,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.local:
         overrides.append("farm.backend=local")
     job = jobs.prepare(paths, overrides, new_run=args.new_run, retry_infra=args.retry_infra)
+    if args.web:
+        job.web = {"host": args.web_host, "port": args.web_port, "token": args.web_token}
     tune_gc()
     try:
         summary = asyncio.run(jobs.execute(job))
