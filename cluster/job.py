@@ -31,6 +31,7 @@ from rollout.registry import Registry
 from rollout.resume import Plan
 from rollout.run_store import RunStore
 from rollout.summary import format_table, summarize
+from cluster.workers.startup import FIRST_CALL, StartupClock, first_model_call
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Job:
     store: RunStore
     plan: Plan
     out: TextIO = field(default=sys.stderr)
+    clock: StartupClock = field(default_factory=StartupClock)
+    """The start-up's parts, from the job's start to the first model call (the summary's ``startup``)."""
 
 
 def prepare(
@@ -55,6 +58,8 @@ def prepare(
     retry_infra: bool = False,
     out: TextIO = sys.stderr,
 ) -> Job:
+    clock = StartupClock()
+    clock.begin("config")
     raw = load_config(paths, list(overrides))
     notes = resolve_auto_runtimes(raw)
     config = validate(RunConfig, raw)
@@ -64,6 +69,8 @@ def prepare(
         ray_available()  # before any work: a missing extra is a config problem, named as such
     run_id = config.run_id or Path(paths[0]).stem
     composer = Composer(config)
+    clock.end("config")
+    clock.begin("dataset")
     dataset_path = dataset_file(config.dataset, paths[0])
     tasks = load_tasks(dataset_path, composer.row_check(), allow_outside_paths=config.dataset.allow_outside_paths)
     tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
@@ -80,7 +87,8 @@ def prepare(
     damaged = store.describe_bad_lines()
     for note in notes + ([damaged] if damaged else []):
         print(note, file=out, flush=True)
-    return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out)
+    clock.end("dataset")
+    return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out, clock)
 
 
 def dataset_file(dataset: Any, config_path: str) -> Path:
@@ -105,7 +113,6 @@ async def execute(job: Job) -> dict[str, Any]:
     finished: list[RolloutResult] = []
     t0 = time.perf_counter()
     try:
-        reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
         if job.plan.todo:
             base_url = None
             if job.config.fake_server is not None:
@@ -113,21 +120,24 @@ async def execute(job: Job) -> dict[str, Any]:
                                                  remote=joins_cluster(job.config.farm))
                 base_url = server.url
                 say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
-            elif job.config.serve is not None:
-                served = await start_served_model(job)
-                base_url = served.base_url
-            backend, close_backend = await open_backend(job, base_url)
+            backend, served, close_backend = await open_farm(job, base_url)
             driver = Driver(
                 backend, job.store, job.plan,
                 run_id=job.run_id, concurrency=job.config.run.concurrency, base_seed=job.config.run.seed,
                 progress_interval=job.config.run.progress_interval,
                 write_trajectories=job.config.output.trajectories, out=job.out,
             )
+            job.clock.begin(FIRST_CALL)
             try:
                 finished = await driver.run()
-            finally:
-                await close_backend()
+            finally:  # the workers and the model's app go down side by side
+                stopping, served = served, None
+                stops = [close_backend()] + ([asyncio.to_thread(stopping.stop, False)] if stopping is not None else [])
+                closed = await asyncio.gather(*stops, return_exceptions=True)
+                for error in (c for c in closed if isinstance(c, BaseException)):
+                    raise error
         else:
+            reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
             say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
             mark_live_finished(job.run_dir)
     finally:
@@ -141,7 +151,7 @@ async def execute(job: Job) -> dict[str, Any]:
         job.store.close_results()
     wall = time.perf_counter() - t0
     summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
-                        wall_seconds=wall, ran=len(finished))
+                        wall_seconds=wall, ran=len(finished), startup=job.clock.split(first_model_call(finished)))
     summary["run_id"] = job.run_id
     summary["run_dir"] = str(job.run_dir)
     swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw))
@@ -156,14 +166,15 @@ async def execute(job: Job) -> dict[str, Any]:
     return summary
 
 
-async def start_served_model(job: Job) -> Any:
-    """The run's ``serve`` section deployed on its Ray cluster (joined or started here first)."""
+def start_served_model(job: Job, connected: bool = False) -> Any:
+    """The run's ``serve`` section deployed on its Ray cluster (joined or started here first, unless ``connected``);
+    blocks until it answers."""
     from cluster.serving import apps
     from cluster.workers.ray_session import connect
 
     section, farm = job.config.serve, job.config.farm
     model_id = section.served_name(job.config.model)
-    if section.app != "endpoint":  # on this thread: Ray wants the main one; nothing else runs on the loop yet
+    if section.app != "endpoint" and not connected:  # on this thread: Ray wants the main one
         connect(farm.address, num_cpus=apps.cluster_cpus(section, farm.num_cpus), dashboard=farm.dashboard,
                 out=job.out)
     try:
@@ -186,6 +197,30 @@ def mark_live_finished(run_dir: Path) -> None:
     if doc.get("state") != live.FINISHED:
         doc.update(state=live.FINISHED, in_flight=[], updated_at=time.time())
         live.write_live(run_dir, doc)
+
+
+async def open_farm(job: Job, base_url: str | None) -> tuple[Any, Any, Callable[[], Awaitable[None]]]:
+    """The backend, the run's served model (``serve``; None without one) and how to close the backend. On Ray the
+    model deploys while the workers start (``cluster.workers.startup``); the local backend starts after it."""
+    if job.config.farm.backend == "ray":
+        from cluster.workers.startup import start_ray_farm
+
+        start_model = (lambda: start_served_model(job, connected=True)) if job.config.serve is not None else None
+        backend, served = await start_ray_farm(job, base_url, start_model)
+        return backend, served, backend.close
+    reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
+    served = None
+    if job.config.serve is not None:
+        with job.clock.span("serve"):
+            served = start_served_model(job)
+        base_url = served.base_url
+    try:
+        backend, close = await open_backend(job, base_url)
+    except BaseException:
+        if served is not None:
+            await asyncio.to_thread(served.stop)
+        raise
+    return backend, served, close
 
 
 async def open_backend(job: Job, base_url: str | None) -> tuple[Any, Callable[[], Awaitable[None]]]:

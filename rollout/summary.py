@@ -15,7 +15,8 @@ from rollout.progress import Progress, ProgressDisplay, count_by, format_progres
 from rollout.records import RolloutResult
 from rollout.resume import latest_per_key
 
-__all__ = ["Progress", "ProgressDisplay", "format_progress", "format_table", "pass_at_k", "summarize"]
+__all__ = ["Progress", "ProgressDisplay", "format_progress", "format_startup", "format_table", "pass_at_k",
+           "summarize"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -31,6 +32,7 @@ def summarize(
     success_threshold: float = 1.0,
     wall_seconds: float | None = None,
     ran: int | None = None,
+    startup: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Numbers for summary.json over the latest result per (task, sample).
 
@@ -39,7 +41,8 @@ def summarize(
     is the share of scored tasks with any success; ``resolved_of_all`` divides by every task,
     counting tasks that only ever failed on infrastructure as unresolved. Throughput is ``ran``
     (the rollouts finished during ``wall_seconds``; default: all given) per wall second, so a
-    resumed run does not count what an earlier session did.
+    resumed run does not count what an earlier session did. ``startup`` (the seconds before the first model call,
+    split by part: ``{"seconds", "parts": {name: seconds}, "side_by_side": [names]}``) is kept as given.
     """
     latest = latest_per_key(results)
     completed = [r for r in latest if r.status == "completed"]
@@ -88,6 +91,7 @@ def summarize(
         },
         "wall_seconds": wall_seconds,
         "rollouts_per_second": (len(latest) if ran is None else ran) / wall_seconds if wall_seconds else None,
+        "startup": startup,
     }
 
 
@@ -112,8 +116,18 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary.get("rollouts_per_second"):
         rate = f"{summary['rollouts_per_second']:.2f} rollouts/s over {summary['wall_seconds']:.0f}s"
         rows.append(("throughput", rate))
+    if summary.get("startup"):
+        rows.append(("start-up", format_startup(summary["startup"])))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def format_startup(startup: dict[str, Any]) -> str:
+    """``6.1s to the first model call: ray 2.3, serve 1.9, workers 0.8 (side by side: serve, workers)``."""
+    parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in startup.get("parts", {}).items())
+    together = startup.get("side_by_side") or []
+    return (f"{startup['seconds']:.1f}s to the first model call" + (f": {parts}" if parts else "")
+            + (f" (side by side: {', '.join(together)})" if together else ""))
 
 
 def _num_steps(r: RolloutResult) -> int:

@@ -196,3 +196,36 @@ def test_summary_and_table_give_the_first_message_of_each_error_type():
     assert "ModelError: POST http://x/v1/chat/completions: HTTP 503: down" in table
     assert "VerifierError: task B has no data.answer" in table and "a later message" not in table
     assert "ModelError: POST http://x/v1/chat/completions: HTTP 503: down\nmore" not in table  # one line each
+
+
+def test_the_start_up_split_is_kept_and_shown_as_one_row():
+    startup = {"seconds": 6.14, "parts": {"ray": 2.31, "serve": 1.9, "workers": 0.8, "first container": 0.5},
+               "side_by_side": ["serve", "workers"]}
+    summary = summarize(hand_made(), wall_seconds=10.0, startup=startup)
+    assert summary["startup"] == startup
+    (row,) = [line for line in format_table(summary).splitlines() if line.startswith("start-up")]
+    assert row.split("  ", 1)[1].strip() == ("6.1s to the first model call: ray 2.3, serve 1.9, workers 0.8, "
+                                             "first container 0.5 (side by side: serve, workers)")
+    quiet = summarize(hand_made(), wall_seconds=10.0)  # a run that made no model call: no row
+    assert quiet["startup"] is None and "start-up" not in format_table(quiet)
+
+
+def test_the_startup_clock_splits_the_seconds_before_the_first_model_call():
+    from cluster.workers.startup import FIRST_CALL, StartupClock, first_model_call
+
+    clock = StartupClock(t0=100.0)
+    clock.spans.update({"config": (100.0, 100.4), "ray": (100.4, 103.0), "images": (100.5, 101.0),
+                        "serve": (103.0, 105.0), "workers": (103.1, 104.0), "unfinished": (104.0, None)})
+    clock.spans[FIRST_CALL] = (105.0, None)
+    first = done("A", 0, 1.0)
+    first.trajectory.steps[0].started_at = 105.5
+    later = done("A", 1, 1.0)
+    later.trajectory.steps[0].started_at = 107.0
+    assert first_model_call([later, first, done("B", 0, 0.0, steps=0)]) == 105.5
+    split = clock.split(105.5)
+    assert split["seconds"] == 5.5
+    # in start order, each part's own seconds; a part never ended is left out
+    assert list(split["parts"].items()) == [("config", 0.4), ("ray", 2.6), ("images", 0.5), ("serve", 2.0),
+                                            ("workers", 0.9), (FIRST_CALL, 0.5)]
+    assert split["side_by_side"] == ["ray", "images", "serve", "workers"]
+    assert StartupClock().split(None) is None  # no model call, no split

@@ -50,12 +50,14 @@ class ServedModel:
             return controls.EndpointControls()
         return controls.EngineControls([self.root_url], self.model_id, flavour="serve_llm", cpu=section.cpu)
 
-    def stop(self) -> None:
-        """Delete the application this process deployed (unless ``keep``); an endpoint has nothing to stop."""
+    def stop(self, wait: bool = True) -> None:
+        """Delete the application this process deployed (unless ``keep``); an endpoint has nothing to stop.
+        ``wait=False`` returns once Serve has been told (a run that ends: its replicas stop on their own time, and
+        the next ``start`` of the same name waits for them)."""
         if self.deployed and not self.section.keep:
             from ray import serve
 
-            serve.delete(self.section.name)
+            serve.delete(self.section.name, _blocking=wait)
             self.deployed = False
 
 
@@ -153,12 +155,13 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
                 logging_config=quiet)
     root = proxy_url()
     app = build_app(section, model_id, dataset=dataset)
+    wait_deleted(section.name, section.ready_timeout)
     t0 = time.perf_counter()
     print(f"serve: deploying {section.app} application {section.name!r} ({model_id})", file=out, flush=True)
-    serve.run(app, name=section.name, route_prefix=section.route_prefix, blocking=False)
+    deploy(app, section)
     served = ServedModel(root + section.route_prefix.rstrip("/") + "/v1", model_id, section, deployed=True)
     try:
-        wait_ready(served.base_url, model_id, section.ready_timeout)
+        wait_ready(served.base_url, model_id, section.ready_timeout, app_name=section.name)
     except BaseException:
         served.stop()
         raise
@@ -177,9 +180,46 @@ def proxy_url() -> str:
     return f"http://{host}:{options.port}"
 
 
-def wait_ready(base_url: str, model_id: str, timeout: float) -> None:
-    """Poll ``GET {base_url}/models`` until it lists ``model_id``; ``TimeoutError`` naming the last answer."""
-    deadline, last = time.monotonic() + timeout, "no answer yet"
+def deploy(app: Any, section: ServeSection) -> None:
+    """Deploy ``app`` under ``section.name`` without ``serve.run``'s wait for RUNNING (it looks once a second):
+    ``wait_ready`` sees it answer through the proxy sooner, and a failed deployment by its status."""
+    from ray import serve
+
+    try:
+        from ray.serve.api import RunTarget
+    except ImportError:  # a Ray without run_many
+        RunTarget = None  # noqa: N806
+    if RunTarget is None or not hasattr(serve, "run_many"):
+        serve.run(app, name=section.name, route_prefix=section.route_prefix, blocking=False)
+        return
+    serve.run_many([RunTarget(target=app, name=section.name, route_prefix=section.route_prefix)],
+                   wait_for_applications_running=False)
+
+
+def app_status(name: str) -> tuple[str | None, str]:
+    """The status of application ``name`` ("RUNNING", "DEPLOY_FAILED", ...; None: no such app) and its message."""
+    from ray import serve
+
+    app = serve.status().applications.get(name)
+    if app is None:
+        return None, ""
+    return str(getattr(app.status, "value", app.status)), str(getattr(app, "message", "") or "")
+
+
+def wait_deleted(name: str, timeout: float) -> None:
+    """Return once no application ``name`` is being deleted (an earlier run's, stopped without waiting)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if app_status(name)[0] != "DELETING":
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the Serve application {name!r} of an earlier run was still being deleted after {timeout:g}s")
+
+
+def wait_ready(base_url: str, model_id: str, timeout: float, app_name: str | None = None) -> None:
+    """Poll ``GET {base_url}/models`` until it lists ``model_id``; ``TimeoutError`` naming the last answer, a
+    ``RuntimeError`` with Serve's message as soon as application ``app_name`` failed to deploy."""
+    deadline, last, pause = time.monotonic() + timeout, "no answer yet", 0.05
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
@@ -189,7 +229,11 @@ def wait_ready(base_url: str, model_id: str, timeout: float) -> None:
             last = f"models list without {model_id!r}: {body[:200]}"
         except (urllib.error.URLError, OSError) as exc:
             last = f"{type(exc).__name__}: {exc}"
-        time.sleep(0.5)
+        status, message = app_status(app_name) if app_name else (None, "")
+        if status == "DEPLOY_FAILED":
+            raise RuntimeError(f"the Serve application {app_name!r} failed to deploy: {message}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)  # an app that answers soon is seen soon
     raise TimeoutError(f"the served model {model_id!r} did not answer at {base_url} within {timeout:g}s; last: {last}")
 
 

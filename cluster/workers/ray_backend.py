@@ -43,7 +43,7 @@ class RayBackend(Backend):
     def __init__(self, source: Any, *, run_id: str, resources: Resources, concurrency: int,
                  deadline: float | None = None, run_dir: str | None = None, engines: tuple[str, ...] = ("docker",),
                  name: str = "rollout-worker", out: TextIO = sys.stderr):
-        self.source_ref = ray.put(source)
+        self.source, self.source_ref = source, ray.put(source)
         self.run_id, self.resources, self.concurrency = run_id, resources, concurrency
         self.deadline, self.run_dir, self.engines, self.name, self.out = deadline, run_dir, engines, name, out
         self.nodes: dict[tuple[str, int], Node] = {}

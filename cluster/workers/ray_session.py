@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Iterator, TextIO
 
 import ray
 
@@ -24,10 +25,13 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
         ray.init(address=address, log_to_driver=True)
         where = f"ray: joined the cluster at {address}"
     else:
-        # Workers import the project from its source tree, installed or not.
+        # Workers import the project from its source tree, installed or not. The embedded cluster's processes
+        # inherit this process's environment, so PYTHONPATH goes there while they start: a job runtime_env would
+        # do the same, but then the workers Ray starts ahead (one per CPU) fit no actor, and every actor (Serve's
+        # controller and proxy among them) waits for a process of its own.
         pythonpath = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH", "")) if p)
-        ray.init(num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True,
-                 runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+        with _environ(PYTHONPATH=pythonpath):
+            ray.init(num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True)
         where = "ray: started an embedded local cluster (set farm.address, --address or RAY_ADDRESS to join one)"
     resources = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
@@ -35,3 +39,17 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
     print(where, file=out, flush=True)
     return where
 
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """``os.environ`` with ``values`` set inside the block, as it was after it."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -203,6 +203,11 @@ class RolloutWorker:
         """The in-flight rollouts of this worker: task, sample, attempt, step, last command, times, node."""
         return self.tracker.rows()
 
+    def set_base_url(self, base_url: str) -> None:
+        """The model's URL, known once the run's Serve app answers (this worker started meanwhile)."""
+        self.source.base_url = base_url
+        self._model = None  # built at the next rollout, against the URL
+
     def set_policy_version(self, version: str | int | None) -> None:
         self.policy_version = None if version is None else str(version)
 

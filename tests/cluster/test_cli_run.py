@@ -48,6 +48,11 @@ def test_demo_runs_every_agent_and_a_second_run_does_nothing(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["rollouts"] == {"total": DEMO_ROLLOUTS, "completed": DEMO_ROLLOUTS, "infra_failed": 0}
     assert summary["reward_mean"] > 0.9 and summary["exit_reasons"] == dict(by_reason)
+    # the seconds before the first model call, split by part, in summary.json and the table
+    startup = summary["startup"]
+    assert {"config", "dataset", "first container"} <= set(startup["parts"])
+    assert 0 < max(startup["parts"].values()) <= startup["seconds"] < summary["wall_seconds"] + 60
+    assert f"start-up        {startup['seconds']:.1f}s to the first model call: config " in first.stdout
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["dataset"]["hash"] and manifest["config_hash"]
     # token data from the HTTP server reached the trajectories
@@ -57,6 +62,8 @@ def test_demo_runs_every_agent_and_a_second_run_does_nothing(tmp_path):
     second = rollout(tmp_path, "run", str(DEMO))
     assert second.returncode == 0, second.stderr
     assert "already done" in second.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["startup"] is None  # no model call: no split
+    assert "start-up" not in second.stdout
     assert len(lines(run_dir)) == DEMO_ROLLOUTS
 
 
@@ -181,3 +188,28 @@ def test_gc_removes_the_containers_of_a_sigkilled_process(base_image, tmp_path):
     assert out.returncode == 0 and "5 container(s) removed" in out.stdout
     assert subprocess.run(["docker", "ps", "-aq", "--filter", f"label=rollout-farm.run={run_id}"],
                           capture_output=True, text=True).stdout.split() == []
+
+
+def test_a_ray_run_deploys_its_model_while_the_worker_starts_and_prints_the_split(tmp_path):
+    """On Ray the Serve app deploys while the worker actor starts (its URL reaches the worker afterwards); the
+    summary splits the seconds before the first model call, and says which parts ran side by side."""
+    rows = [json.dumps({"task_id": f"echo-{i}", "prompt": "echo twice"}) + "\n" for i in range(3)]
+    (tmp_path / "tasks.jsonl").write_text("".join(rows))
+    config = tmp_path / "serve_run.yaml"  # JSON is YAML
+    config.write_text(json.dumps({
+        "run_id": "serve_run", "dataset": {"path": "tasks.jsonl"}, "run": {"concurrency": 2},
+        "serve": {"app": "scripted", "name": "split-test", "route_prefix": "/split", "policy": "bash_echo"},
+        "model": {"type": "openai", "model": "scripted-bash"}, "agent": {"type": "mini_swe", "max_steps": 5},
+        "environment": {"type": "shell"}, "runtime": {"type": "local"}}))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-m", "cluster", "run", str(config)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**env, "ROLLOUT_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "serve_run" / "summary.json").read_text())
+    assert summary["rollouts"] == {"total": 3, "completed": 3, "infra_failed": 0}
+    startup = summary["startup"]
+    assert {"config", "dataset", "ray", "serve", "workers", "first container"} <= set(startup["parts"])
+    assert {"serve", "workers"} <= set(startup["side_by_side"])
+    assert startup["seconds"] >= startup["parts"]["ray"] + startup["parts"]["serve"]
+    assert "start-up" in done.stdout and "(side by side: " in done.stdout
+    assert "Deleting app ['split-test']" in done.stderr  # the app goes with the run

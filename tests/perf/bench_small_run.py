@@ -1,0 +1,218 @@
+"""A small run as a new user makes it: ten SWE instances, gold policy, concurrency 2; the farm vs mini-swe-agent.
+
+    python tests/perf/bench_small_run.py [--rounds 3] [--instances 10] [--no-warmup] [--mini-python PATH]
+
+Both sides run the first ``--instances`` rows of the bundled mini benchmark (``envs.swe.swe_mini``) in their
+per-instance docker images (``rollout images build``: built first if missing, untimed), two at a time, each in a
+process of its own, timed from its start to its exit, alternating farm and mini-swe-agent round by round:
+
+- farm: ``rollout run configs/swe_demo.yaml dataset.slice=0:N run.concurrency=2 --new-run`` (the README's first
+  command): an embedded Ray cluster, the ``gold`` policy as a 2-replica Ray Serve app, one worker actor, a
+  container per rollout, grading in a fresh container inside each rollout, the run directory and its SWE outputs.
+  Its start-up split (seconds to the first model call, by part) comes from its summary.json.
+- mini-swe-agent 2.4.6's SWE-bench batch runner (``python -m minisweagent.run.benchmarks.swebench -w 2``, its
+  ``swebench.yaml`` config and ``DockerEnvironment``) on the same rows with ``image_name`` set to our instance
+  images (no registry is reachable here), and a deterministic model (its ``DeterministicModel`` with per-instance
+  outputs) that does what our ``gold`` policy does: write the reference patch, ``git apply`` it, submit the
+  staged diff, one command per turn. Then grading, as its workflow has it, a second step on its preds.json:
+  ``rollout eval --workers 2``, our grader (the one the farm runs inside each rollout, a fresh container per
+  instance), so both sides grade alike; swebench's harness cannot grade these repositories (its specs name
+  SWE-bench's repositories only). Its wall time is the two steps'. It stops its containers in the background
+  after it exits (``docker stop``, ten seconds each); they are removed after its round, untimed.
+
+mini-swe-agent runs from ``--mini-python``, else from this interpreter when it has it, else from a virtualenv the
+bench makes once in the temp directory (``pip install mini-swe-agent==2.4.6``: the project does not depend on
+it). A warm-up round of each side (untimed: page cache, mini-swe-agent's dataset cache) comes first unless
+``--no-warmup``. The table gives the median wall time of each side, the farm's start-up split, and the ratio
+farm / mini-swe-agent (target <= 1.0x); the bench exits 0 either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from envs.images.base_image import ensure_image
+from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for
+from envs.images.instance_images import build_instance_images
+from envs.swe.swe_mini import build
+
+REPO = Path(__file__).resolve().parents[2]
+MINI_VERSION = "2.4.6"
+TARGET = 1.0
+GOLD_MODEL = '''
+import json, os
+from minisweagent.models.test_models import DeterministicModel, make_output
+
+SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+class GoldModel(DeterministicModel):
+    """The reference patch of the instance named in the task: write it, git apply it, submit the staged diff."""
+
+    def __init__(self, **kwargs):
+        keep = {k: kwargs[k] for k in ("model_name", "observation_template") if k in kwargs}
+        super().__init__(outputs=[], cost_per_call=0.0, **keep)
+
+    def query(self, messages, **kwargs):
+        if not self.config.outputs:
+            with open(os.environ["GOLD_DATASET"]) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+            text = "\\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
+            row = next(r for r in rows if r["problem_statement"] in text)
+            patch = row["patch"] if row["patch"].endswith("\\n") else row["patch"] + "\\n"
+            path = "/tmp/rollout-gold.patch"
+            self.config.outputs = [
+                make_output("Write the patch.", [{"command": f"cat > {path} <<'GOLD_EOF'\\n{patch}GOLD_EOF"}], 0.0),
+                make_output("Apply it.", [{"command": f"git apply {path}; code=$?; rm -f {path}; exit $code"}], 0.0),
+                make_output("Submit.", [{"command": f"echo {SENTINEL} && git add -A && git diff --cached"}], 0.0),
+            ]
+        return super().query(messages, **kwargs)
+'''
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # the farm starts its own cluster
+    env.update(extra)
+    return env
+
+
+def mini_python(given: str | None, tmp: Path) -> str:
+    if given:
+        return given
+    probe = subprocess.run([sys.executable, "-c", "import minisweagent"], capture_output=True)
+    if probe.returncode == 0:
+        return sys.executable
+    venv = Path(tempfile.gettempdir()) / f"bench-small-run-mini-{MINI_VERSION}"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"installing mini-swe-agent=={MINI_VERSION} into {venv} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", f"mini-swe-agent=={MINI_VERSION}"], check=True)
+    return str(python)
+
+
+def timed(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, int]:
+    began = time.perf_counter()
+    with open(log, "w") as out:
+        code = subprocess.run(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    return time.perf_counter() - began, code
+
+
+def farm_round(tmp: Path, n: int, label: str) -> dict:
+    home = tmp / "farm"
+    run_id = f"bench-small-{label}"
+    wall, code = timed([sys.executable, "-m", "cluster", "run", "configs/swe_demo.yaml", f"dataset.slice=0:{n}",
+                        "run.concurrency=2", f"run_id={run_id}", "--new-run"],
+                       clean_env(ROLLOUT_HOME=str(home)), tmp / f"{run_id}.log")
+    summary = json.loads((home / run_id / "summary.json").read_text()) if code == 0 else {}
+    resolved = (summary.get("swe") or {}).get("resolved_instances")
+    return {"wall": wall, "ok": code == 0 and resolved == n, "resolved": resolved,
+            "startup": summary.get("startup"), "log": tmp / f"{run_id}.log"}
+
+
+def mini_round(tmp: Path, python: str, data: Path, dataset: Path, n: int, label: str) -> dict:
+    out = tmp / f"mini-{label}"
+    env = clean_env(GOLD_DATASET=str(data / "test.jsonl"), PYTHONPATH=str(tmp / "model"), MSWEA_SILENT_STARTUP="1",
+                    HF_DATASETS_CACHE=str(tmp / "hf-cache"), HF_HUB_OFFLINE="1")
+    agent, code = timed([python, "-m", "minisweagent.run.benchmarks.swebench", "--subset", str(data), "--split",
+                         "test", "-w", "2", "-o", str(out), "--model-class", "bench_gold_model.GoldModel",
+                         "-m", "gold"], env, tmp / f"mini-{label}.log")
+    remove_mini_containers()
+    grading, graded = timed([sys.executable, "-m", "cluster", "eval", "--dataset", str(dataset), "--predictions",
+                             str(out / "preds.json"), "--out", str(tmp / f"eval-{label}"), "--workers", "2"],
+                            clean_env(), tmp / f"eval-{label}.log")
+    reports = list((tmp / f"eval-{label}").glob("*.json"))
+    resolved = json.loads(reports[0].read_text()).get("resolved_instances") if reports else None
+    return {"wall": agent + grading, "agent": agent, "grading": grading, "resolved": resolved,
+            "ok": code == 0 and graded == 0 and resolved == n, "log": tmp / f"mini-{label}.log"}
+
+
+def remove_mini_containers() -> None:
+    """mini-swe-agent stops its containers in the background after it exits: take them away now (untimed)."""
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", "name=minisweagent-"], capture_output=True,
+                         text=True).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+
+
+def setup(tmp: Path, n: int) -> tuple[Path, Path]:
+    """The dataset the demo config generates, its images, and mini-swe-agent's copy of the first ``n`` rows."""
+    dataset = build(REPO / "runs" / "datasets" / "swe_mini")  # where configs/swe_demo.yaml generates it
+    rows = [json.loads(line) for line in dataset.read_text().splitlines() if line.strip()][:n]
+    ensure_image(DEFAULT_BASE_IMAGE)
+    report = build_instance_images(dataset, progress=lambda line: None)
+    if report.failed:
+        raise SystemExit(f"image builds failed: {report.failed}")
+    data = tmp / "data"
+    data.mkdir()
+    with open(data / "test.jsonl", "w") as f:
+        for row in rows:
+            f.write(json.dumps({**row, "image_name": image_for(row)}) + "\n")
+    (tmp / "model").mkdir()
+    (tmp / "model" / "bench_gold_model.py").write_text(GOLD_MODEL)
+    return dataset, data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each side (medians)")
+    parser.add_argument("--instances", type=int, default=10, help="the first N rows of the mini benchmark")
+    parser.add_argument("--no-warmup", action="store_true", help="no untimed round of each side first")
+    parser.add_argument("--mini-python", default=None, help="an interpreter that has mini-swe-agent")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-small-run-") as name:
+        tmp = Path(name)
+        dataset, data = setup(tmp, args.instances)
+        python = mini_python(args.mini_python, tmp)
+        farm, mini = [], []
+        for index in range(0 if args.no_warmup else -1, args.rounds):
+            label = "warmup" if index < 0 else str(index)
+            sides = [("farm", lambda: farm_round(tmp, args.instances, label)),
+                     ("mini", lambda: mini_round(tmp, python, data, dataset, args.instances, label))]
+            for side, run in sides if index % 2 == 0 else sides[::-1]:  # alternate which side goes first
+                result = run()
+                if not result["ok"]:
+                    print(f"{side} round {label} did not resolve every instance ({result['resolved']}); its log:\n"
+                          + result["log"].read_text()[-3000:], flush=True)
+                if index >= 0:
+                    (farm if side == "farm" else mini).append(result)
+            print(f"round {label}: farm {farm[-1]['wall']:.1f}s, mini-swe-agent {mini[-1]['wall']:.1f}s"
+                  if index >= 0 else "warm-up done", flush=True)
+        print_table(farm, mini, args)
+    return 0
+
+
+def print_table(farm: list[dict], mini: list[dict], args: argparse.Namespace) -> None:
+    f_wall = statistics.median(r["wall"] for r in farm)
+    m_wall = statistics.median(r["wall"] for r in mini)
+    best = min(farm, key=lambda r: abs(r["wall"] - f_wall))
+    split = best["startup"] or {}
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in (split.get("parts") or {}).items())
+    agent = statistics.median(r["agent"] for r in mini)
+    grading = statistics.median(r["grading"] for r in mini)
+    ratio = f_wall / m_wall
+    rounds = lambda rs: " ".join(f"{r['wall']:.1f}" for r in rs)  # noqa: E731
+    print(f"\n{args.instances} SWE instances (bundled mini benchmark), gold policy, concurrency 2; "
+          f"{args.rounds} round(s), medians; wall = process start to exit")
+    print(f"{'system':<34} {'wall s':>7}   {'rounds':<18} notes")
+    seconds = split.get("seconds", float("nan"))
+    print(f"{'farm: rollout run (Ray, Serve)':<34} {f_wall:7.1f}   {rounds(farm):<18} "
+          f"start-up {seconds:.1f}s to the first model call (median round: {parts}); then rollouts, "
+          f"teardown and exit {best['wall'] - seconds:.1f}s")
+    print(f"{'mini-swe-agent ' + MINI_VERSION + ' + rollout eval':<34} {m_wall:7.1f}   {rounds(mini):<18} "
+          f"batch runner {agent:.1f} + grading {grading:.1f}")
+    per_round = " ".join(f"{a['wall'] / b['wall']:.2f}" for a, b in zip(farm, mini))
+    print(f"{'ratio farm / mini-swe-agent':<34} {ratio:6.2f}x   {per_round:<18} "
+          f"target <= {TARGET}x: {'met' if ratio <= TARGET else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
