@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import Any, Awaitable, Callable, TextIO
 
 from cluster.compose import Composer
 from cluster.run_config import RunConfig
@@ -83,3 +83,23 @@ def farm_settings(config: RunConfig, composer: Composer) -> dict[str, Any]:
         deadline_per_attempt=config.farm.deadline or default_deadline(composer),
         engines=sorted(composer.container_engines()), name=config.run_id or "farm",
     )
+
+
+async def open_backend(job: Any, base_url: str | None) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    """A run job's (``cluster.job.Job``) backend, the one ``farm.backend`` names, started, and how to close it."""
+    if job.config.farm.backend == "local":
+        model = job.composer.build_model(base_url)
+
+        async def close_local() -> None:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
+        from cluster.local_backend import LocalBackend
+
+        return LocalBackend(job.composer, model), close_local
+    from cluster.workers.worker import ConfigSource
+
+    backend = await start_ray_backend(ConfigSource(job.composer, base_url), job.config, job.composer, run_id=job.run_id,
+                                      run_dir=str(job.run_dir), out=job.out)
+    return backend, backend.close

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, TextIO
 
 from cluster import preflight
+from cluster.backends import open_backend
 from cluster.compose import Composer
 from cluster.demo_server import joins_cluster, start_demo_server
 from cluster.driver import Driver
 from cluster.host_checks import reap_leftovers, resolve_auto_runtimes
-from cluster.local_backend import LocalBackend
 from cluster.run_config import RunConfig
 from cluster.run_home import resolve_run_dir
 from cluster.swe_outputs import model_name, write_swe_outputs
@@ -109,6 +109,17 @@ async def execute(job: Job) -> dict[str, Any]:
     say = lambda text: print(text, file=job.out, flush=True)  # noqa: E731
     say(f"run directory: {job.run_dir}")
     say(f"plan: {job.plan.describe()}")
+    from cluster.web.live_page import open_for_run
+
+    page = open_for_run(getattr(job, "web", None), job.run_dir, say)
+    try:
+        return await _execute(job, say)
+    finally:
+        if page is not None:
+            page.stop()
+
+
+async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     server = served = None
     finished: list[RolloutResult] = []
     t0 = time.perf_counter()
@@ -159,6 +170,9 @@ async def execute(job: Job) -> dict[str, Any]:
         summary["swe"] = {k: swe[k] for k in ("total_instances", "submitted_instances", "completed_instances",
                                               "resolved_instances", "unresolved_instances", "empty_patch_instances",
                                               "error_instances") if k in swe}
+    from cluster.report import write_for_run
+
+    write_for_run(job.run_dir, summary, say)
     job.store.write_summary(summary)
     job.store.close()  # the run's last write: another run may take the directory now
     print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
@@ -221,25 +235,6 @@ async def open_farm(job: Job, base_url: str | None) -> tuple[Any, Any, Callable[
             await asyncio.to_thread(served.stop)
         raise
     return backend, served, close
-
-
-async def open_backend(job: Job, base_url: str | None) -> tuple[Any, Callable[[], Awaitable[None]]]:
-    """The backend ``farm.backend`` names, started, and how to close it."""
-    if job.config.farm.backend == "local":
-        model = job.composer.build_model(base_url)
-
-        async def close_local() -> None:
-            close = getattr(model, "aclose", None)
-            if close is not None:
-                await close()
-
-        return LocalBackend(job.composer, model), close_local
-    from cluster.backends import start_ray_backend
-    from cluster.workers.worker import ConfigSource
-
-    backend = await start_ray_backend(ConfigSource(job.composer, base_url), job.config, job.composer, run_id=job.run_id,
-                                      run_dir=str(job.run_dir), out=job.out)
-    return backend, backend.close
 
 
 def _k_values(samples: int) -> tuple[int, ...]:

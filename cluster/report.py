@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPORT_HTML = "report.html"
 SUMMARY_PNG = "summary.png"
@@ -66,3 +66,14 @@ def main(argv: list[str]) -> int:
         return 1
     print(f"summary: {png_path}")
     return 0
+
+
+def write_for_run(run_dir: str | Path, summary: dict[str, Any], say: Callable[[str], None]) -> None:
+    """At the end of ``rollout run``: the report and the plot, named in ``summary["report"]``; never fails the run."""
+    try:
+        html, png = write_report(run_dir, summary)
+        summary["report"] = {"html": str(html), "png": str(png) if png else None}
+        if png is None:
+            say(f"summary.png not written: {missing_png_reason()}")
+    except Exception as exc:  # noqa: BLE001 - plots are a courtesy: the run's results stand
+        say(f"report not written: {type(exc).__name__}: {exc}")

@@ -118,6 +118,8 @@ def format_table(summary: dict[str, Any]) -> str:
         rows.append(("throughput", rate))
     if summary.get("startup"):
         rows.append(("start-up", format_startup(summary["startup"])))
+    if summary.get("report"):
+        rows.append(("report", "  ".join(p for p in summary["report"].values() if p)))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
 from cluster.web.live_state import RunView, dumps
@@ -139,3 +139,12 @@ def _handler(view: RunView, token: str | None) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+def open_for_run(web: dict[str, Any] | None, run_dir: str | Path, say: Callable[[str], None]) -> LivePage | None:
+    """``rollout run --web``: the run's live page while it runs (its URL said), or None without ``web``."""
+    if not web:
+        return None
+    page = start_for_run(run_dir, web.get("host", "127.0.0.1"), web.get("port", 0), web.get("token"))
+    say(f"live page: {page.url}")
+    return page

@@ -22,7 +22,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
         return "ray: already connected"
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
-        ray.init(address=address, log_to_driver=True)
+        context = ray.init(address=address, log_to_driver=True)
         where = f"ray: joined the cluster at {address}"
     else:
         # Workers import the project from its source tree, installed or not. The embedded cluster's processes
@@ -31,12 +31,16 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
         # controller and proxy among them) waits for a process of its own.
         pythonpath = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         with _environ(PYTHONPATH=pythonpath):
-            ray.init(num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True)
+            context = ray.init(num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True)
         where = "ray: started an embedded local cluster (set farm.address, --address or RAY_ADDRESS to join one)"
     resources = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
     where += f"; {nodes} node(s), {resources.get('CPU', 0):g} CPUs"
     print(where, file=out, flush=True)
+    if dashboard or address:  # the dashboard's URL, and how to sign in under Ray's token authentication
+        from cluster.workers.dashboard_hint import print_once
+
+        print_once(getattr(context, "dashboard_url", None), out)
     return where
 
 
