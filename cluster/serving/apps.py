@@ -217,19 +217,23 @@ def wait_deleted(name: str, timeout: float) -> None:
 
 
 def wait_ready(base_url: str, model_id: str, timeout: float, app_name: str | None = None) -> None:
-    """Poll ``GET {base_url}/models`` until it lists ``model_id``; ``TimeoutError`` naming the last answer, a
-    ``RuntimeError`` with Serve's message as soon as application ``app_name`` failed to deploy."""
+    """Poll ``GET {base_url}/models`` until it lists ``model_id`` and application ``app_name`` (if given) is RUNNING
+    (every replica up: a router that saw one replica would put every first session on it); ``TimeoutError`` naming
+    the last answer, a ``RuntimeError`` with Serve's message as soon as the application failed to deploy."""
     deadline, last, pause = time.monotonic() + timeout, "no answer yet", 0.05
     while time.monotonic() < deadline:
+        listed = False
         try:
             with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
                 body = reply.read().decode()
-            if f'"{model_id}"' in body:
-                return
-            last = f"models list without {model_id!r}: {body[:200]}"
+            listed = f'"{model_id}"' in body
+            last = "answering; not every replica is up yet" if listed else \
+                f"models list without {model_id!r}: {body[:200]}"
         except (urllib.error.URLError, OSError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         status, message = app_status(app_name) if app_name else (None, "")
+        if listed and (app_name is None or status == "RUNNING"):
+            return
         if status == "DEPLOY_FAILED":
             raise RuntimeError(f"the Serve application {app_name!r} failed to deploy: {message}")
         time.sleep(pause)
