@@ -23,8 +23,6 @@ policy succeeds sometimes, not always, and RL has something to learn (which tool
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import math
 import random
 import subprocess
@@ -34,114 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from examples.rl_cpu import tasks as T
-from rollout.records import Message
+from examples.rl_cpu.evaluate import evaluate, generate  # noqa: F401
+from examples.rl_cpu.rendering import build_tokenizer, delta, encode, end_of_turn, render, trajectory  # noqa: F401
 
-TOOL_TAGS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-ANSWER = "The answer is {}."
 MODEL_SHAPE = {"hidden": 128, "layers": 2, "intermediate": 1024}
 SFT_LEVELS = (1, 2, 3, 4, 4)
 """The levels of the SFT data in turn: the two-round level twice as often (its copies span a tool round)."""
-
-
-def _tokenizer(texts: list[str], vocab_size: int):
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from cluster.serving.tiny_model import CHAT_TEMPLATE, SPECIAL_TOKENS
-
-    special = [t for t in SPECIAL_TOKENS if t not in TOOL_TAGS]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in SPECIAL_TOKENS if t in TOOL_TAGS])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   bos_token=None, unk_token=None)
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
-
-
-def build_tokenizer(seed: int = 0, vocab_size: int = 1024):
-    """The tokenizer: trained on this family's conversations rendered by the chat template (two passes: a
-    bootstrap tokenizer renders the text, the final one is trained on it)."""
-    rng = random.Random(seed)
-    convs = [trajectory(row, rng, guess=0.3) for row in T.make_tasks(400, seed, "train", unique=False)]
-    boot = _tokenizer(["x"], 300)
-    tools = T.tool_schemas()
-    texts = [boot.apply_chat_template(c, tools=tools, tokenize=False) for c in convs]
-    texts += [json.dumps(t) for t in tools] + ["Tool 'x' not found", "Invalid arguments for tool 'x': ",
-                                               "Tool execution error: no price for 'x'"]
-    return _tokenizer(texts, vocab_size)
-
-
-def trajectory(row: dict[str, Any], rng: random.Random, guess: float = 0.0) -> list[Message]:
-    """A conversation for one row: the solution's tool calls, their real outputs, then the answer; or, with
-    probability ``guess``, a direct answer near the right one (right by chance now and then)."""
-    task = T.as_task(row)
-    messages: list[Message] = [{"role": "user", "content": row["prompt"]}]
-    if rng.random() < guess:
-        answer = row["data"]["answer"] + rng.choice([-10, -2, -1, 1, 2, 10, 0])
-        return messages + [{"role": "assistant", "content": ANSWER.format(answer)}]
-    tools = T.tools_for(task)
-    for n, (name, args) in enumerate(row["data"]["solution"]):
-        _ok, output = tools.execute_tool(name, **args)
-        messages += [T.call_message(name, args, n), {"role": "tool", "tool_call_id": f"call_{n}", "content": output}]
-    return messages + [{"role": "assistant", "content": ANSWER.format(row["data"]["answer"])}]
-
-
-def render(tok, messages: list[Message], tools: list | None, generation_prompt: bool) -> list[int]:
-    ids = tok.apply_chat_template(messages, tools=tools or None, tokenize=True,
-                                  add_generation_prompt=generation_prompt, return_dict=False)
-    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
-
-
-@functools.lru_cache(maxsize=8)
-def end_of_turn(tok) -> tuple[int, ...]:
-    """The template's tokens after an assistant message's content (``<|im_end|>`` ``\\n``), found the way the
-    client finds them."""
-    user = [{"role": "user", "content": "a"}]
-    with_reply = render(tok, user + [{"role": "assistant", "content": "b"}], None, False)
-    return tuple(with_reply[len(render(tok, user, None, True)) + len(tok.encode("b")):])
-
-
-def delta(tok, before: list[Message], after: list[Message], tools: list | None, stopped: bool = True) -> list[int]:
-    """The ids a token-in stream adds after a completion: the rest of the end of turn, then the new messages
-    and the generation prompt (the conversation with them minus the conversation without them)."""
-    upto, full = render(tok, before, tools, False), render(tok, after, tools, True)
-    return _delta(tok, upto, full, stopped)
-
-
-def _delta(tok, upto: list[int], full: list[int], stopped: bool = True) -> list[int]:
-    if full[: len(upto)] != upto:
-        raise ValueError("the template does not render this conversation append-only")
-    return list(end_of_turn(tok)[1 if stopped else 0:]) + full[len(upto):]
-
-
-def encode(tok, messages: list[Message], tools: list | None) -> tuple[list[int], list[int]]:
-    """One conversation as a token-in stream: ``(ids, loss_mask)``, the mask 1 on the completions' tokens."""
-    rendered: dict[tuple[int, bool], list[int]] = {}
-
-    def upto(k: int, generation_prompt: bool) -> list[int]:
-        if (k, generation_prompt) not in rendered:
-            rendered[k, generation_prompt] = render(tok, messages[:k], tools, generation_prompt)
-        return rendered[k, generation_prompt]
-
-    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-    ids = list(upto(turns[0], True))
-    mask = [0] * len(ids)
-    tail = len(end_of_turn(tok))
-    for n, i in enumerate(turns):
-        if n:
-            added = _delta(tok, upto(turns[n - 1] + 1, False), upto(i, True))
-            ids, mask = ids + added, mask + [0] * len(added)
-        prompt, reply = upto(i, True), upto(i + 1, False)
-        completion = reply[len(prompt): len(reply) - tail + 1]  # through <|im_end|>
-        ids, mask = ids + completion, mask + [1] * len(completion)
-    return ids, mask
-
 
 def build_model(tok, seed: int = 0, hidden: int = 128, layers: int = 4, intermediate: int = 512):
     import torch
@@ -218,74 +114,6 @@ def sft(model, data: list[tuple[list[int], list[int]]], steps: int, lr: float = 
                 log(f"  step {step:5d}  loss {running:.4f}")
     model.eval()
     return curve
-
-def generate(model, prompts: list[list[int]], greedy: bool, max_new_tokens: int, eos: int,
-             pad: int) -> list[list[int]]:
-    """Completions of left-padded prompts, through ``<|im_end|>`` when the model ends the turn (full
-    distribution when sampling: temperature 1, no top-k or top-p, as the farm samples)."""
-    import torch
-
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    with torch.no_grad():
-        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
-        out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                             pad_token_id=pad, **sampling)
-    completions = []
-    for row in out[:, width:].tolist():
-        completions.append(row[: row.index(eos) + 1] if eos in row else row)
-    return completions
-
-
-def evaluate(model, tok, rows: list[dict[str, Any]], greedy: bool = False, max_turns: int = 4,
-             max_new_tokens: int = 64, batch: int = 64, seed: int = 0) -> dict[str, Any]:
-    """Play each row once the way the tool-calling agent does (token-in streams, hermes parsing, the task's
-    tools, ``max_turns`` model turns) and score it: ``{"success", "n", "by_level", "tool_use"}``."""
-    import torch
-
-    from rollout.models.token_in import assistant_message
-
-    torch.manual_seed(seed)
-    tools = T.tool_schemas()
-    scores, used = [], []
-    for start in range(0, len(rows), batch):
-        chunk = rows[start: start + batch]
-        convs = [[{"role": "user", "content": r["prompt"]}] for r in chunk]
-        streams = [render(tok, c, tools, True) for c in convs]
-        live = list(range(len(chunk)))
-        for _turn in range(max_turns):
-            if not live:
-                break
-            outs = generate(model, [streams[i] for i in live], greedy, max_new_tokens, tok.eos_token_id,
-                            tok.pad_token_id)
-            still = []
-            for i, completion in zip(live, outs):
-                message = assistant_message(tok.decode(completion, skip_special_tokens=True), True)
-                before = convs[i] + [message]
-                convs[i] = before
-                if completion[-1:] != [tok.eos_token_id] or not message.get("tool_calls"):
-                    continue
-                registry = T.tools_for(T.as_task(chunk[i]))
-                for call in message["tool_calls"]:
-                    try:
-                        ok, text = registry.execute_tool(call["function"]["name"],
-                                                         **json.loads(call["function"]["arguments"]))
-                    except (TypeError, ValueError) as exc:
-                        text = f"Invalid arguments for tool {call['function']['name']!r}: {exc}"
-                    convs[i] = convs[i] + [{"role": "tool", "tool_call_id": call["id"], "content": text}]
-                streams[i] = streams[i] + completion + delta(tok, before, convs[i], tools)
-                still.append(i)
-            live = still
-        for row, conv in zip(chunk, convs):
-            scores.append((row["data"]["level"], T.score(row, conv)))
-            used.append(any(m.get("tool_calls") for m in conv))
-    levels = sorted({lv for lv, _ in scores})
-    return {"success": sum(s for _, s in scores) / max(1, len(scores)), "n": len(scores),
-            "by_level": {lv: sum(s for v, s in scores if v == lv) / sum(1 for v, _ in scores if v == lv)
-                         for lv in levels},
-            "tool_use": sum(used) / max(1, len(used))}
-
 
 def warm_start(out_dir: str | Path, steps: int = 1200, seed: int = 0, guess: float = 0.5, examples: int = 4000,
                batch: int = 16, lr: float = 3e-3, log=print, **shape: int) -> dict[str, Any]:
