@@ -52,7 +52,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="stated before the run: held-out reward after K steps minus step 0's should exceed it")
     p.add_argument("--tolerance", type=float, default=1e-4, help="max |trainer - engine| logprob on step 0")
     p.add_argument("--no-restart", action="store_true", help="skip timing a replica restart at the end")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name, least in (("steps", 0), ("tasks", 1), ("n", 2), ("heldout", 1), ("heldout_n", 1), ("epochs", 1),
+                        ("concurrency", 1), ("warm_steps", 1)):
+        if getattr(args, name) < least:
+            p.error(f"--{name.replace('_', '-')} must be at least {least} (got {getattr(args, name)})")
+    if not 0 < args.clip < 1 or args.lr <= 0:
+        p.error("--clip must be in (0, 1) and --lr positive")
+    return args
 
 
 def warm_model(args: argparse.Namespace, out: Path) -> tuple[str, float]:
@@ -72,8 +79,18 @@ def warm_model(args: argparse.Namespace, out: Path) -> tuple[str, float]:
     return str(target), time.perf_counter() - t0
 
 
+def require_extras() -> None:
+    """Fail first, with the install command, when a part of the loop is not installed."""
+    import importlib.util
+
+    missing = [name for name in ("torch", "transformers", "vllm", "ray") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"the RL example needs {', '.join(missing)}: pip install -e '.[ray,cpu-llm,report]'")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    require_extras()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
