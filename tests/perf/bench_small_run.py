@@ -23,8 +23,11 @@ process of its own, timed from its start to its exit, alternating farm and mini-
 mini-swe-agent runs from ``--mini-python``, else from this interpreter when it has it, else from a virtualenv the
 bench makes once in the temp directory (``pip install mini-swe-agent==2.4.6``: the project does not depend on
 it). A warm-up round of each side (untimed: page cache, mini-swe-agent's dataset cache) comes first unless
-``--no-warmup``. The table gives the median wall time of each side, the farm's start-up split, and the ratio
-farm / mini-swe-agent (target <= 1.0x); the bench exits 0 either way.
+``--no-warmup``. A third side runs the farm's same command in one process (``farm.backend=local serve=null
+fake_server.policy=gold``: no Ray cluster, the gold policy from the run's in-process scripted server), which
+separates the rollouts' own cost from Ray's and Serve's start-up. The table gives the median wall time of each
+side, the farm's start-up split, and the ratios to mini-swe-agent (target <= 1.0x for the Ray run); the bench
+exits 0 either way.
 """
 
 from __future__ import annotations
@@ -106,11 +109,16 @@ def timed(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, int]:
     return time.perf_counter() - began, code
 
 
-def farm_round(tmp: Path, n: int, label: str) -> dict:
+ONE_PROCESS = ["farm.backend=local", "serve=null", "fake_server.policy=gold"]
+"""The same command in one process: the local backend, and the gold policy served by the run's in-process scripted
+server instead of a Ray Serve application (no Ray cluster starts)."""
+
+
+def farm_round(tmp: Path, n: int, label: str, one_process: bool = False) -> dict:
     home = tmp / "farm"
-    run_id = f"bench-small-{label}"
+    run_id = f"bench-small-{'one-' if one_process else ''}{label}"
     wall, code = timed([sys.executable, "-m", "cluster", "run", "configs/swe_demo.yaml", f"dataset.slice=0:{n}",
-                        "run.concurrency=2", f"run_id={run_id}", "--new-run"],
+                        "run.concurrency=2", f"run_id={run_id}", "--new-run", *(ONE_PROCESS if one_process else [])],
                        clean_env(ROLLOUT_HOME=str(home)), tmp / f"{run_id}.log")
     summary = json.loads((home / run_id / "summary.json").read_text()) if code == 0 else {}
     resolved = (summary.get("swe") or {}).get("resolved_instances")
@@ -172,25 +180,27 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(name)
         dataset, data = setup(tmp, args.instances)
         python = mini_python(args.mini_python, tmp)
-        farm, mini = [], []
+        walls: dict[str, list[dict]] = {"farm": [], "one": [], "mini": []}
         for index in range(0 if args.no_warmup else -1, args.rounds):
             label = "warmup" if index < 0 else str(index)
             sides = [("farm", lambda: farm_round(tmp, args.instances, label)),
-                     ("mini", lambda: mini_round(tmp, python, data, dataset, args.instances, label))]
-            for side, run in sides if index % 2 == 0 else sides[::-1]:  # alternate which side goes first
+                     ("mini", lambda: mini_round(tmp, python, data, dataset, args.instances, label)),
+                     ("one", lambda: farm_round(tmp, args.instances, label, one_process=True))]
+            shift = index % len(sides)
+            for side, run in sides[shift:] + sides[:shift]:  # rotate which side goes first
                 result = run()
                 if not result["ok"]:
                     print(f"{side} round {label} did not resolve every instance ({result['resolved']}); its log:\n"
                           + result["log"].read_text()[-3000:], flush=True)
                 if index >= 0:
-                    (farm if side == "farm" else mini).append(result)
-            print(f"round {label}: farm {farm[-1]['wall']:.1f}s, mini-swe-agent {mini[-1]['wall']:.1f}s"
-                  if index >= 0 else "warm-up done", flush=True)
-        print_table(farm, mini, args)
+                    walls[side].append(result)
+            print(f"round {label}: farm {walls['farm'][-1]['wall']:.1f}s, one process {walls['one'][-1]['wall']:.1f}s, "
+                  f"mini-swe-agent {walls['mini'][-1]['wall']:.1f}s" if index >= 0 else "warm-up done", flush=True)
+        print_table(walls["farm"], walls["mini"], walls["one"], args)
     return 0
 
 
-def print_table(farm: list[dict], mini: list[dict], args: argparse.Namespace) -> None:
+def print_table(farm: list[dict], mini: list[dict], one: list[dict], args: argparse.Namespace) -> None:
     f_wall = statistics.median(r["wall"] for r in farm)
     m_wall = statistics.median(r["wall"] for r in mini)
     best = min(farm, key=lambda r: abs(r["wall"] - f_wall))
@@ -207,11 +217,18 @@ def print_table(farm: list[dict], mini: list[dict], args: argparse.Namespace) ->
     print(f"{'farm: rollout run (Ray, Serve)':<34} {f_wall:7.1f}   {rounds(farm):<18} "
           f"start-up {seconds:.1f}s to the first model call (median round: {parts}); then rollouts, "
           f"teardown and exit {best['wall'] - seconds:.1f}s")
+    o_wall = statistics.median(r["wall"] for r in one)
+    o_split = min(one, key=lambda r: abs(r["wall"] - o_wall))["startup"] or {}
+    print(f"{'farm: one process (no Ray)':<34} {o_wall:7.1f}   {rounds(one):<18} "
+          f"the same command + {' '.join(ONE_PROCESS)}; {o_split.get('seconds', float('nan')):.1f}s to the first call")
     print(f"{'mini-swe-agent ' + MINI_VERSION + ' + rollout eval':<34} {m_wall:7.1f}   {rounds(mini):<18} "
           f"batch runner {agent:.1f} + grading {grading:.1f}")
     per_round = " ".join(f"{a['wall'] / b['wall']:.2f}" for a, b in zip(farm, mini))
     print(f"{'ratio farm / mini-swe-agent':<34} {ratio:6.2f}x   {per_round:<18} "
           f"target <= {TARGET}x: {'met' if ratio <= TARGET else 'NOT met'}")
+    per_round = " ".join(f"{a['wall'] / b['wall']:.2f}" for a, b in zip(one, mini))
+    print(f"{'ratio one process / mini-swe-agent':<34} {o_wall / m_wall:6.2f}x   {per_round:<18} "
+          f"the gap above is Ray's and Serve's start-up")
 
 
 if __name__ == "__main__":
