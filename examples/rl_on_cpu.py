@@ -94,9 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cluster.farm import RolloutFarm
     from examples.rl_cpu import tasks as T
-    from examples.rl_cpu.loop import Loop, farm_config, format_row, plot, serve_policy
+    from examples.rl_cpu.loop import Loop, format_row, open_farm, plot, serve_policy
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
@@ -114,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     served = serve_policy(warm)
     deploy_s = time.perf_counter() - t0
-    farm = RolloutFarm.from_config(farm_config(served.base_url, warm), concurrency=args.concurrency, name="rl",
-                                   seed=args.seed, controls=served.controls())
+    farm = open_farm(served, warm, concurrency=args.concurrency, seed=args.seed)
     loop = Loop(served=served, farm=farm, model=model, tokenizer=AutoTokenizer.from_pretrained(warm),
                 optimizer=torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0),
                 out_dir=out, heldout=T.make_tasks(args.heldout, args.seed + 1, "heldout"), n=args.n,
@@ -142,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"reload check FAILED: the replica's logprobs are not the trainer's after the reload "
                       f"({row['reload_check']['engine_vs_trainer']:.2e} > {args.tolerance:g})", flush=True)
         if not args.no_restart and loop.history:
-            restart = restart_check(loop, args, farm_config)
+            restart = restart_check(loop, args)
     finally:
         loop.farm.close()
         loop.served.stop()
@@ -159,11 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def restart_check(loop, args: argparse.Namespace, farm_config) -> dict:
-    """Restart the replica on the last weights (the alternative to a reload), timed; the greedy held-out reward it
-    serves should be the reloaded policy's."""
-    from cluster.farm import RolloutFarm
-    from examples.rl_cpu.loop import serve_policy
+def restart_check(loop, args: argparse.Namespace) -> dict:
+    """Restart the replica on the last weights (the alternative to a reload), timed; the held-out reward it serves
+    should be the reloaded policy's."""
+    from examples.rl_cpu.loop import open_farm, serve_policy
 
     last = loop.out_dir / "weights" / f"step-{len(loop.history)}"
     loop.farm.close()
@@ -171,8 +168,7 @@ def restart_check(loop, args: argparse.Namespace, farm_config) -> dict:
     loop.served.stop()
     loop.served = serve_policy(str(last))
     seconds = time.perf_counter() - t0
-    loop.farm = RolloutFarm.from_config(farm_config(loop.served.base_url, str(last)), concurrency=args.concurrency,
-                                        name="rl-restarted", seed=args.seed, controls=loop.served.controls())
+    loop.farm = open_farm(loop.served, str(last), concurrency=args.concurrency, seed=args.seed, name="rl-restarted")
     loop.farm.set_policy_version(str(loop.version))
     again = loop.evaluate()
     reloaded = loop.history[-1]["heldout"]

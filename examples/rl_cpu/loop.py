@@ -51,11 +51,19 @@ def farm_config(base_url: str, tokenizer_dir: str, max_tokens: int = 64, max_ste
     }
 
 
+def open_farm(served: Any, tokenizer_dir: str, *, concurrency: int, seed: int, name: str = "rl") -> Any:
+    """The loop's farm (Ray backend) on ``served``, with its controls (``reload_weights``, versions)."""
+    from cluster.farm import RolloutFarm
+
+    return RolloutFarm.from_config(farm_config(served.base_url, tokenizer_dir), concurrency=concurrency, name=name,
+                                   seed=seed, controls=served.controls())
+
+
 def check_samples(batch: Any, samples: list[Any], version: str) -> dict[str, int]:
     """The trainer's side of the token contract, checked on every batch: each sample's loss mask covers exactly the
     tokens the engine sampled (the completions of its rollout's turns, in order) and nothing else, the engine's
     logprobs sit on those tokens, and every model token was sampled under ``version``. Raises on a violation."""
-    by_id = {r.rollout_id: r for g in batch.groups for r in g.results}
+    by_id = {r.rollout_id: r for r in batch.results}
     masked = 0
     for s in samples:
         steps = by_id[s.rollout_id].trajectory.steps
@@ -106,7 +114,7 @@ class Loop:
         for row, group in zip(self.heldout, sampled.groups):
             by_level.setdefault(row["data"]["level"], []).extend(r.reward or 0.0 for r in group.results)
         return {"heldout": _mean(sampled), "heldout_greedy": _mean(greedy),
-                "heldout_failed": _failed(sampled) + _failed(greedy),
+                "heldout_failed": sampled.failed + greedy.failed,
                 "heldout_by_level": {lv: sum(v) / len(v) for lv, v in sorted(by_level.items())},
                 "eval_s": time.perf_counter() - t0}
 
@@ -139,10 +147,9 @@ class Loop:
         t0 = time.perf_counter()
         batch = self.farm.generate(rows, n=self.n, seed=self.seed + 100_000 * (k + 1))
         row["generate_s"] = time.perf_counter() - t0
-        results = [r for g in batch.groups for r in g.results]
         samples = batch.samples()
         row.update(check_samples(batch, samples, str(self.version)))
-        row["failed"] = sum(r.status != "completed" for r in results)
+        row["failed"] = batch.failed
         row["train_reward"] = sum(s.reward for s in samples) / max(1, len(samples))
         row["tokens_per_s"] = row["model_tokens"] / row["generate_s"]
         row["mean_turns"] = sum(s.num_turns for s in samples) / max(1, len(samples))
@@ -176,12 +183,8 @@ class Loop:
 
 def _mean(batch: Any) -> float:
     """Mean reward of a batch's completed members (an infrastructure failure is not a 0)."""
-    done = [r.reward or 0.0 for g in batch.groups for r in g.results if r.status == "completed"]
+    done = [r.reward or 0.0 for r in batch.results if r.status == "completed"]
     return sum(done) / max(1, len(done))
-
-
-def _failed(batch: Any) -> int:
-    return sum(r.status != "completed" for g in batch.groups for r in g.results)
 
 
 def format_row(row: dict[str, Any]) -> str:
