@@ -31,7 +31,7 @@ from rollout.registry import Registry
 from rollout.resume import Plan
 from rollout.run_store import RunStore
 from rollout.summary import format_table, summarize
-from cluster.workers.startup import FIRST_CALL, StartupClock, first_model_call
+from cluster.workers.startup import FIRST_CALL, StartupClock, first_model_call, release_own_cluster
 
 
 @dataclass
@@ -48,6 +48,8 @@ class Job:
     out: TextIO = field(default=sys.stderr)
     clock: StartupClock = field(default_factory=StartupClock)
     """The start-up's parts, from the job's start to the first model call (the summary's ``startup``)."""
+    owns_cluster: bool = False
+    """The job started its Ray cluster (embedded, local): it stops it once the rollouts are done."""
 
 
 def prepare(
@@ -160,6 +162,7 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
         if served is not None:
             await asyncio.to_thread(served.stop)
         job.store.close_results()
+    releasing = asyncio.ensure_future(release_own_cluster(job))  # down while the outputs are written
     wall = time.perf_counter() - t0
     summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
                         wall_seconds=wall, ran=len(finished), startup=job.clock.split(first_model_call(finished)))
@@ -177,6 +180,7 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     job.store.close()  # the run's last write: another run may take the directory now
     print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
     say(f"run directory: {job.run_dir}")
+    await releasing
     return summary
 
 

@@ -13,6 +13,9 @@ import ray
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 """The directory holding ``rollout/``, ``envs/``, ``agents/`` and ``cluster/``."""
 
+_embedded = False
+"""Whether this process started the cluster it is connected to (``connect`` without an address)."""
+
 
 def connect(address: str | None = None, *, num_cpus: int | None = None, dashboard: bool = False,
             out: TextIO = sys.stderr) -> str:
@@ -32,6 +35,8 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
         pythonpath = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         with _environ(PYTHONPATH=pythonpath):
             context = ray.init(num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True)
+        global _embedded
+        _embedded = True
         where = "ray: started an embedded local cluster (set farm.address, --address or RAY_ADDRESS to join one)"
     resources = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
@@ -42,6 +47,33 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
 
         print_once(getattr(context, "dashboard_url", None), out)
     return where
+
+
+def release_embedded() -> bool:
+    """Stop the local cluster ``connect`` started in this process, now rather than at exit (where Ray first sleeps
+    half a second for late log lines); a joined cluster, or one someone else started here, is left alone. Call it
+    on a thread once nothing of the run needs Ray any more: the outputs are written meanwhile."""
+    global _embedded
+    if not (_embedded and ray.is_initialized()):
+        return False
+    _stop_monitor()
+    ray.shutdown()
+    _embedded = False
+    return True
+
+
+def _stop_monitor() -> None:
+    """The embedded cluster's autoscaler monitor, killed outright: on a SIGTERM it reports its own end to the GCS,
+    which ``ray.shutdown`` has already stopped by then, and is killed a second later anyway (a second of every
+    run's exit). A single-node cluster started for one run has nothing for it to scale."""
+    import signal
+
+    node = getattr(getattr(ray, "_private", None) and ray._private.worker, "_global_node", None)
+    for info in (getattr(node, "all_processes", None) or {}).get("monitor", []):
+        with contextlib.suppress(Exception):
+            if info.process.poll() is None:
+                info.process.send_signal(signal.SIGKILL)
+                info.process.wait(timeout=5)
 
 
 @contextlib.contextmanager

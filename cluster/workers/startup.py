@@ -5,7 +5,8 @@ first model call.
 first rollouts (as many as run at once) are resolved (found, or built from their rows, so the workers find them;
 the later rollouts' images stay the workers' business) and containers a dead earlier attempt left are reaped;
 then the run's Serve application deploys on a thread while the worker actors start, and the workers learn the
-model's URL once it answers. Whatever fails, what had started is closed.
+model's URL once it answers. Whatever fails, what had started is closed. At the run's end
+``release_own_cluster`` stops the embedded cluster the run started, while its outputs are written.
 
 ``StartupClock`` keeps each part's span (wall clock, so a worker's first model call on the same host compares);
 ``split`` gives the run summary's ``startup`` entry: seconds from the job's start to the first model call, each
@@ -116,6 +117,8 @@ async def start_ray_farm(job: Any, base_url: str | None,
                          start_model: Callable[[], Any] | None) -> tuple[Any, Any]:
     """The job's Ray backend started and, with ``start_model`` (blocking: deploys and waits), its served model,
     side by side; images resolved and leftovers reaped meanwhile. Returns ``(backend, served or None)``."""
+    import ray
+
     from cluster.backends import start_ray_backend
     from cluster.host_checks import reap_leftovers
     from cluster.serving import apps
@@ -129,9 +132,11 @@ async def start_ray_farm(job: Any, base_url: str | None,
         first = [task for task, _, _ in job.plan.todo[:job.config.run.concurrency]]
         background.append(loop.run_in_executor(None, clock.call, "images", resolve_images, job.composer, first))
     cpus = apps.cluster_cpus(section, farm.num_cpus) if section is not None else farm.num_cpus
+    fresh = on_this_host and not ray.is_initialized()
     try:
         with clock.span("ray"):
             connect(farm.address, num_cpus=cpus, dashboard=farm.dashboard, out=job.out)
+        job.owns_cluster = fresh
     except BaseException:
         await asyncio.gather(*background, return_exceptions=True)
         raise
@@ -165,6 +170,18 @@ async def tell_model_url(backend: Any, base_url: str) -> None:
     await asyncio.gather(*(n.starting for n in backend.nodes.values() if n.starting is not None),
                          return_exceptions=True)
     await backend.broadcast("set_base_url", base_url)
+
+
+async def release_own_cluster(job: Any) -> bool:
+    """The embedded cluster ``start_ray_farm`` started for ``job``, stopped on a thread (nothing of the run needs
+    it once its rollouts are done and its workers and model closed), rather than at the interpreter's exit; a
+    cluster the job joined, or found running in its process, is left alone."""
+    if not getattr(job, "owns_cluster", False):
+        return False
+    from cluster.workers.ray_session import release_embedded
+
+    job.owns_cluster = False
+    return await asyncio.to_thread(release_embedded)
 
 
 async def _none() -> None:
