@@ -21,6 +21,7 @@ from cluster.driver import Driver
 from cluster.host_checks import reap_leftovers, resolve_auto_runtimes
 from cluster.run_config import RunConfig
 from cluster.run_home import resolve_run_dir
+from cluster.serving.config import scripted_in_process
 from cluster.swe_outputs import model_name, write_swe_outputs
 from rollout.config import load_config, validate
 from rollout.errors import ConfigError
@@ -65,6 +66,10 @@ def prepare(
     raw = load_config(paths, list(overrides))
     notes = resolve_auto_runtimes(raw)
     config = validate(RunConfig, raw)
+    in_process = scripted_in_process(raw, config)  # --local: a scripted Serve app's policy plays here, no Ray
+    if in_process:
+        notes.append(in_process)
+        config = validate(RunConfig, raw)
     if config.farm.backend == "ray":
         from cluster.backends import ray_available
 

@@ -99,3 +99,19 @@ class ServeSection(StrictModel):
             options["num_replicas"] = self.replicas
         options.update(self.deployment)
         return options
+
+
+def scripted_in_process(raw: dict[str, Any], config: Any) -> str | None:
+    """``farm.backend: local`` (``rollout run --local``) with a scripted ``serve`` app (``config``, validated):
+    the policy is played by the run's in-process scripted server (``fake_server``: the same policy code the Serve
+    app runs) instead of a Serve deployment, so a local run starts no Ray cluster. Edits ``raw`` to say so and
+    returns the note for the user, or None when nothing changed (a real model still deploys on Serve)."""
+    serve = config.serve
+    if config.farm.backend != "local" or serve is None or serve.app != "scripted" or config.fake_server is not None:
+        return None
+    raw["fake_server"] = {"policy": serve.policy, "latency": serve.latency, "faults": serve.faults}
+    raw["serve"] = None
+    if isinstance(raw.get("model"), dict):
+        raw["model"].pop("serve", None)  # model.serve is the same section
+    return (f"serve: the scripted policy {serve.policy!r} plays in this process (farm.backend=local starts no Ray; "
+            "farm.backend=ray deploys it as a Serve application)")

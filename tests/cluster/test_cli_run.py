@@ -213,3 +213,14 @@ def test_a_ray_run_deploys_its_model_while_the_worker_starts_and_prints_the_spli
     assert startup["seconds"] >= startup["parts"]["ray"] + startup["parts"]["serve"]
     assert "start-up" in done.stdout and "(side by side: " in done.stdout
     assert "Deleting app ['split-test']" in done.stderr  # the app goes with the run
+
+
+def test_local_plays_a_scripted_serve_app_in_this_process_and_starts_no_ray(tmp_path):
+    done = rollout(tmp_path, "run", "configs/swe_demo.yaml", "dataset.slice=0:2", timeout=900)  # with --local
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "serve: the scripted policy 'gold' plays in this process" in done.stderr
+    assert "Ray instance" not in done.stderr and "ray: " not in done.stderr  # no cluster started or joined
+    run_dir = tmp_path / "swe_demo"
+    assert json.loads((run_dir / "summary.json").read_text())["swe"]["resolved_instances"] == 2
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["serve"] is None and config["fake_server"]["policy"] == "gold"

@@ -23,10 +23,10 @@ process of its own, timed from its start to its exit, alternating farm and mini-
 mini-swe-agent runs from ``--mini-python``, else from this interpreter when it has it, else from a virtualenv the
 bench makes once in the temp directory (``pip install mini-swe-agent==2.4.6``: the project does not depend on
 it). A warm-up round of each side (untimed: page cache, mini-swe-agent's dataset cache) comes first unless
-``--no-warmup``. A third side runs the farm's same command in one process (``farm.backend=local serve=null
-fake_server.policy=gold``: no Ray cluster, the gold policy from the run's in-process scripted server), which
-separates the rollouts' own cost from Ray's and Serve's start-up. The table gives the median wall time of each
-side, the machine's busy CPU-seconds meanwhile (every process: containers, the docker daemon, Ray's), the farm's
+``--no-warmup``. A third side runs the farm's same command in one process (``farm.backend=local``, what
+``--local`` sets: no Ray cluster, the gold policy from the run's in-process scripted server), which separates
+the rollouts' own cost from Ray's and Serve's start-up. The table gives the median wall time of each side, the
+machine's busy CPU-seconds meanwhile (every process: containers, the docker daemon, Ray's), the farm's
 start-up split, and the ratios to mini-swe-agent (target <= 1.0x for the Ray run); its last line is the Ray run's
 CPU floor, its CPU-seconds over the machine's cores: the least wall time any overlap of its parts could reach
 here. The bench exits 0 either way.
@@ -112,7 +112,8 @@ def busy_cpu() -> float:
             ticks = [int(v) for v in f.readline().split()[1:]]
     except (OSError, ValueError):
         return float("nan")
-    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+    # user, nice, system, idle, iowait, irq, softirq: all but idle and iowait (steal is time another guest had)
+    return (sum(ticks[:7]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def timed(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, int, float]:
@@ -123,9 +124,9 @@ def timed(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, int, 
     return time.perf_counter() - began, code, busy_cpu() - cpu
 
 
-ONE_PROCESS = ["farm.backend=local", "serve=null", "fake_server.policy=gold"]
-"""The same command in one process: the local backend, and the gold policy served by the run's in-process scripted
-server instead of a Ray Serve application (no Ray cluster starts)."""
+ONE_PROCESS = ["farm.backend=local"]
+"""The same command in one process (``rollout run --local``): the local backend, whose scripted ``serve`` app is
+played by the run's in-process scripted server instead of a Ray Serve application (no Ray cluster starts)."""
 
 
 def farm_round(tmp: Path, n: int, label: str, one_process: bool = False) -> dict:
