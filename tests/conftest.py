@@ -125,3 +125,23 @@ def ray_cluster():
     connect(num_cpus=4, out=io.StringIO())  # logical CPUs: a vLLM-on-CPU engine needs 4 (any 2-core machine)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def docker_bridge_ip() -> str:
+    """The host's address on docker's default bridge (docker0), where a container on "bridge" can reach the host:
+    the bridge's IPAM gateway, or (engines that leave it out of ``network inspect``) the bridge interface's own."""
+    import fcntl
+    import socket
+    import struct
+
+    import docker
+
+    network = docker.from_env().api.inspect_network("bridge")
+    for entry in network["IPAM"]["Config"] or []:
+        if entry.get("Gateway"):
+            return entry["Gateway"]
+    name = network["Options"].get("com.docker.network.bridge.name", "docker0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()))  # SIOCGIFADDR
+    return socket.inet_ntoa(packed[20:24])

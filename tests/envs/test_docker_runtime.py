@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import socket
-import struct
 import subprocess
 import threading
 import time
@@ -123,22 +121,8 @@ def test_limits_and_privileges_inside_the_container(base_image):
     assert "mount=0" not in out
 
 
-def _bridge_gateway() -> str:
-    """The host's address on docker's default bridge (docker0), where a container on "bridge" can reach the host."""
-    import docker
-
-    network = docker.from_env().api.inspect_network("bridge")
-    for entry in network["IPAM"]["Config"]:
-        if entry.get("Gateway"):
-            return entry["Gateway"]
-    name = network["Options"].get("com.docker.network.bridge.name", "docker0")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()))  # SIOCGIFADDR
-    return socket.inet_ntoa(packed[20:24])
-
-
-def test_network_none_has_only_loopback_and_cannot_reach_the_host(base_image):
-    server = socket.create_server((_bridge_gateway(), 0))
+def test_network_none_has_only_loopback_and_cannot_reach_the_host(base_image, docker_bridge_ip):
+    server = socket.create_server((docker_bridge_ip, 0))
     host, port = server.getsockname()[:2]
     threading.Thread(target=lambda: [server.accept()[0].close() for _ in range(10)], daemon=True).start()
     probe = f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), timeout=2); print('reached')\""

@@ -7,7 +7,6 @@ import asyncio
 import json
 import shlex
 import socket
-import subprocess
 import urllib.error
 import urllib.request
 
@@ -250,11 +249,9 @@ def test_an_external_agent_in_a_local_workspace_exit_code_and_unreachable_gatewa
 
 
 @pytest.fixture(scope="module")
-def bridge_gateway(base_image, upstream):
-    """The gateway where containers on the default bridge reach the host: the bridge's gateway address."""
-    out = subprocess.run(["docker", "network", "inspect", "bridge", "--format",
-                          "{{(index .IPAM.Config 0).Gateway}}"], capture_output=True, text=True, check=True)
-    with serve_in_thread(gateway_app(upstream.url), host=out.stdout.strip()) as server:
+def bridge_gateway(base_image, upstream, docker_bridge_ip):
+    """The gateway where containers on the default bridge reach the host: the host's address on that bridge."""
+    with serve_in_thread(gateway_app(upstream.url), host=docker_bridge_ip) as server:
         yield server
 
 
