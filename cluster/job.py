@@ -66,8 +66,8 @@ def prepare(
     raw = load_config(paths, list(overrides))
     notes = resolve_auto_runtimes(raw)
     config = validate(RunConfig, raw)
-    in_process = scripted_in_process(raw, config)  # --local: a scripted Serve app's policy plays here, no Ray
-    if in_process:
+    preflight.check_serve(config)  # as written: --local hands a scripted app's policy to the in-process server
+    if in_process := scripted_in_process(raw, config):
         notes.append(in_process)
         config = validate(RunConfig, raw)
     if config.farm.backend == "ray":

@@ -224,3 +224,5 @@ def test_local_plays_a_scripted_serve_app_in_this_process_and_starts_no_ray(tmp_
     assert json.loads((run_dir / "summary.json").read_text())["swe"]["resolved_instances"] == 2
     config = json.loads((run_dir / "config.json").read_text())
     assert config["serve"] is None and config["fake_server"]["policy"] == "gold"
+    bad = rollout(tmp_path, "run", "configs/swe_demo.yaml", "serve.policy=no_such_policy", "run_id=bad")
+    assert bad.returncode == 2 and "serve.policy: unknown policy 'no_such_policy'" in bad.stderr  # as written
