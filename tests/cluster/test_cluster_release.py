@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,8 +49,11 @@ def test_a_run_stops_the_cluster_it_started_before_it_returns(tmp_path):
     # Ray's own temp dir, short (its socket paths must fit), names every process of this cluster on its command line.
     ray_tmp = tempfile.mkdtemp(prefix="rr", dir="/tmp")
     env.update(ROLLOUT_HOME=str(tmp_path), RAY_TMPDIR=ray_tmp)
-    done = subprocess.run([sys.executable, "-c", IN_A_PROCESS_OF_ITS_OWN, str(DEMO), *SMALL], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    try:
+        done = subprocess.run([sys.executable, "-c", IN_A_PROCESS_OF_ITS_OWN, str(DEMO), *SMALL], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["completed"] == 1
