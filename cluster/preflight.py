@@ -86,7 +86,9 @@ def check_model_reachable(config: RunConfig, composer: Composer) -> None:
         return
     if config.serve is not None and config.serve.app != "endpoint":
         return  # deployed when the run starts
-    url = getattr(composer.model_component.config, "base_url", None)
+    url, field = getattr(composer.model_component.config, "base_url", None), "model.base_url"
+    if config.serve is not None and config.serve.base_url:  # app: endpoint names its URL itself
+        url, field = config.serve.base_url, "serve.base_url"
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         return
     parts = urlsplit(url)
@@ -96,7 +98,7 @@ def check_model_reachable(config: RunConfig, composer: Composer) -> None:
             pass
     except OSError as exc:
         raise ConfigError(f"cannot reach {url} ({_reason(exc)}); start the model server or fix the URL",
-                          "model.base_url") from None
+                          field) from None
 
 
 def _reason(exc: Any) -> str:

@@ -108,6 +108,13 @@ def test_an_unreachable_model_endpoint_fails_before_any_work(tmp_path):
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "model.base_url" in out.stderr, out.stderr
     assert not (tmp_path / "local_demo").exists()
+    # serve: {app: endpoint} names its own URL: that one is checked, and named
+    port = closed_port()
+    out = rollout(tmp_path, str(real_model_config(tmp_path, allow_host_exec=True)), "serve.app=endpoint",
+                  f"serve.base_url=http://127.0.0.1:{port}/v1")
+    assert out.returncode == 2, out.stderr
+    assert f"serve.base_url: cannot reach http://127.0.0.1:{port}/v1" in out.stderr, out.stderr
+    assert not (tmp_path / "local_demo").exists()
 
 
 def test_a_bad_fake_server_section_fails_before_any_work(tmp_path):
