@@ -22,9 +22,9 @@ CONNECT_TIMEOUT = 5.0
 
 
 def check(config: RunConfig, composer: Composer, tasks: list[Task]) -> None:
-    """Every pre-flight check, cheapest first."""
+    """Every pre-flight check, cheapest first (``check_serve`` ran earlier: ``cluster.job.prepare`` checks the
+    section as written, before ``--local`` may hand a scripted app's policy to the in-process server)."""
     check_fake_server(config)
-    check_serve(config)
     check_runtime_permissions(composer, tasks)
     check_model_reachable(config, composer)
 

@@ -13,9 +13,6 @@ import ray
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 """The directory holding ``rollout/``, ``envs/``, ``agents/`` and ``cluster/``."""
 
-_embedded = False
-"""Whether this process started the cluster it is connected to (``connect`` without an address)."""
-
 
 def connect(address: str | None = None, *, num_cpus: int | None = None, dashboard: bool = False,
             out: TextIO = sys.stderr) -> str:
@@ -35,8 +32,6 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
         pythonpath = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         with _environ(PYTHONPATH=pythonpath):
             context = ray.init(num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True)
-        global _embedded
-        _embedded = True
         where = "ray: started an embedded local cluster (set farm.address, --address or RAY_ADDRESS to join one)"
     resources = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
@@ -49,17 +44,13 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
     return where
 
 
-def release_embedded() -> bool:
-    """Stop the local cluster ``connect`` started in this process, now rather than at exit (where Ray first sleeps
-    half a second for late log lines); a joined cluster, or one someone else started here, is left alone. Call it
-    on a thread once nothing of the run needs Ray any more: the outputs are written meanwhile."""
-    global _embedded
-    if not (_embedded and ray.is_initialized()):
-        return False
-    _stop_monitor()
-    ray.shutdown()
-    _embedded = False
-    return True
+def stop_embedded() -> None:
+    """Stop the local cluster ``connect`` started in this process now rather than at exit (where Ray first sleeps
+    half a second for late log lines). The caller owns it (``cluster.workers.startup.release_own_cluster``); call
+    it on a thread once nothing needs Ray any more."""
+    if ray.is_initialized():
+        _stop_monitor()
+        ray.shutdown()
 
 
 def _stop_monitor() -> None:

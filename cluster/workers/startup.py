@@ -178,10 +178,11 @@ async def release_own_cluster(job: Any) -> bool:
     cluster the job joined, or found running in its process, is left alone."""
     if not getattr(job, "owns_cluster", False):
         return False
-    from cluster.workers.ray_session import release_embedded
+    from cluster.workers.ray_session import stop_embedded
 
     job.owns_cluster = False
-    return await asyncio.to_thread(release_embedded)
+    await asyncio.to_thread(stop_embedded)
+    return True
 
 
 async def _none() -> None:
