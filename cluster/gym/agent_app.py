@@ -15,7 +15,9 @@ Routes:
 - ``GET /health``; the per-rollout model gateway's routes when one is configured.
 
 Limits: ``max_concurrent_episodes`` (the rest wait up to ``queue_timeout``), ``episode_timeout`` (the farm's
-deadline for the call: retries included).
+deadline for the call: retries included), ``max_body_bytes`` (413 while a larger body arrives). A Responses field of
+the wrong type is refused before any work (422 naming it). A client that disconnects ends its episode: cancelled on
+the farm, its containers removed.
 """
 
 import asyncio
@@ -23,6 +25,7 @@ import json
 from typing import Any
 
 from cluster.gym.config import GymSection
+from cluster.gym.request_guards import BodyLimit, ClientGone, while_connected
 from cluster.gym.rows import RowError, episode_reply, episode_task, failure_of, legacy_task, verify_reply
 from rollout.records import RolloutResult, Task
 
@@ -107,6 +110,7 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
     settings = runner.settings
     admission = Admission(settings.max_concurrent_episodes, settings.queue_timeout)
     app = FastAPI(title="rollout-farm agent server")
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
 
     @app.get("/health")
     async def health() -> Any:
@@ -119,31 +123,41 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
         except RowError as exc:
             return _error(422, "invalid_request", str(exc))
         if isinstance(body, dict) and "episode_id" in body and "task" in body:
-            return await _episode(body)
+            return await _episode(body, request)
         try:
             task = legacy_task(body, runner.next_key("run"), cookies=dict(request.cookies),
                                profiles=runner.profiles, allow_paths=settings.allow_repo_paths)
         except RowError as exc:
             return _error(422, "invalid_request", str(exc))
-        result = await _admitted(task)
+        result = await _admitted(task, request)
         if not isinstance(result, RolloutResult):
             return result
         return _json(200, verify_reply(result, task.data["gym"]["row"]))
 
-    async def _admitted(task: Task) -> Any:
-        """A legacy request's rollout, or its error answer: 503 without a place in time, 502 when it failed."""
+    async def _attempt(task: Task) -> RolloutResult | None:
+        """The episode's result once it has a place; None when none was free within ``queue_timeout``."""
         if not await admission.enter():
-            return _error(503, "admission_timeout", f"no place for the episode within {settings.queue_timeout:g}s")
+            return None
         try:
-            result = await runner.run(task)
+            return await runner.run(task)
         finally:
             admission.leave()
+
+    async def _admitted(task: Task, request: Request) -> Any:
+        """A legacy request's rollout, or its error answer: 503 without a place in time, 502 when it failed (and
+        499, which nobody reads, when the client left)."""
+        try:
+            result = await while_connected(request.receive, _attempt(task))
+        except ClientGone:
+            return _error(499, "client_closed", "the client disconnected; its episode was cancelled")
+        if result is None:
+            return _error(503, "admission_timeout", f"no place for the episode within {settings.queue_timeout:g}s")
         if result.status != "completed":
             message = result.error.message if result.error else result.exit_reason.value
             return _error(502, result.exit_reason.value, message)
         return result
 
-    async def _episode(body: dict[str, Any]) -> Any:
+    async def _episode(body: dict[str, Any], request: Request) -> Any:
         episode_id = body.get("episode_id")
         task_id = (body.get("task") or {}).get("task_id") if isinstance(body.get("task"), dict) else None
         try:
@@ -153,17 +167,18 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
                 return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "bad_request",
                                                                                        str(exc))))
             return _error(422, "invalid_request", str(exc))
-        if not await admission.enter():
-            reason = f"episode admission timed out after {settings.queue_timeout:g}s"
-            return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "admission_timeout",
-                                                                                   reason)))
         try:
-            result = await runner.run(task)
+            result = await while_connected(request.receive, _attempt(task))
+        except ClientGone:
+            reason = "the client disconnected; the episode was cancelled"
+            return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "cancelled", reason)))
         except Exception as exc:  # noqa: BLE001 - an unhandled error is a terminal failure, not a 500
             reason = f"unhandled agent server error: {type(exc).__name__}: {exc}"
             return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "internal_error", reason)))
-        finally:
-            admission.leave()
+        if result is None:
+            reason = f"episode admission timed out after {settings.queue_timeout:g}s"
+            return _json(200, episode_reply(episode_id, task_id, failure=failure_of(None, "admission_timeout",
+                                                                                   reason)))
         if result.status != "completed" and result.exit_reason.value == "deadline_exceeded":
             reason = f"episode timed out after {settings.episode_timeout:g}s"
             return _json(200, episode_reply(episode_id, task_id, failure=failure_of(result, "episode_timeout",
@@ -181,7 +196,7 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
             return _error(422, "invalid_request", str(exc).replace("body.responses_create_params", "body"))
         if runner.agent_type(task) in NO_RESPONSES_API:
             return _error(501, "not_implemented", "this agent runs whole episodes only: use POST /run")
-        result = await _admitted(task)
+        result = await _admitted(task, request)
         if not isinstance(result, RolloutResult):
             return result
         reply = _json(200, result.reward_details.get("response"))

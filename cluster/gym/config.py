@@ -18,6 +18,9 @@ class GymSection(StrictModel):
     """Seconds an episode may wait for a place; then it fails at the ``admission`` stage (non-terminal)."""
     episode_timeout: float | None = Field(default=21600.0, gt=0)
     """Seconds one episode may take, retries included; then it fails as ``agent_timeout`` (non-terminal)."""
+    max_body_bytes: int | None = Field(default=8 * 2**20, ge=1024)
+    """Largest request body taken, in bytes: a larger one is answered 413 as it arrives, never read whole (None: no
+    limit). 8 MiB is ten times a 128k-token conversation as text."""
     cleanup_timeout: float = Field(default=30.0, gt=0)
     """Seconds the resources server's ``/close_session`` may take (given to resources environments)."""
     allow_repo_paths: bool = False

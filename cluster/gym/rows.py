@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from cluster.gym.responses_request import request_problem
 from rollout.models.responses_items import result_response
 from rollout.models.responses_wire import ResponsesFormatError, chat_messages
 from rollout.records import RolloutResult, Task
@@ -57,6 +58,9 @@ def _params(row: Any, where: str) -> dict[str, Any]:
         raise RowError(f"{where}.responses_create_params: a Responses create request (an object with `input`)")
     if "input" not in params:
         raise RowError(f"{where}.responses_create_params.input: missing")
+    problem = request_problem(params)
+    if problem is not None:
+        raise RowError(f"{where}.responses_create_params.{problem}")
     return dict(params)
 
 
