@@ -7,6 +7,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from envs.swe.canaries import CanaryFile, step_script
+from envs.swe.pytest_launch import LAUNCHER, exports, snapshot_function
 from envs.swe.pytest_log import END_MARKER, START_MARKER
 from envs.swe.swe_patch import diff_paths, reset_script, restore_script, save_script
 from envs.swe.swe_protect import section_script
@@ -82,10 +84,12 @@ class EvalScript:
     """The bash script of one grading, run in the repository. Its steps, each between markers: ``unpack``
     (the patches and helper scripts into a scratch directory outside the repository, unique per grading),
     ``apply1``... (the ladder; ``save`` before the second attempt and ``restore`` before each later one, so
-    every attempt starts from the original tree; ``checkout1``... first when there are refs to check out),
-    ``reset`` (the test patch's files and ``reset_paths`` put
+    every attempt starts from the original tree; ``checkout1``... first when there are refs to check out, then
+    ``snapshot``: what decides pytest's configuration and plugins, copied before the patch,
+    ``envs.swe.pytest_launch``), ``reset`` (the test patch's files and ``reset_paths`` put
     back as at ``base``, the pytest sections of ``section_paths`` restored; when there is any), ``test_patch``
-    (when there is one), ``tests`` (the log into a file, under ``eval_timeout``; with ``report``, pytest also
+    (when there is one), ``canaries`` (``envs.swe.canaries``; the test patch's copy removed), ``tests`` (pytest
+    caught and run by the launcher; the log into a file, under ``eval_timeout``; with ``report``, pytest also
     writes a junitxml report to a path no patch can name in advance), ``report`` (that report printed) and
     ``log`` (the log printed). Each preparation step runs under ``setup_timeout`` and prints at most
     ``STEP_CAP`` bytes (its tail); the script ends early when one fails (an apply attempt: when it was the
@@ -107,8 +111,11 @@ class EvalScript:
     report: bool = False
     eval_script: str = ""
     checkout: Sequence[str] = ()
+    canaries: Sequence[CanaryFile] = ()
     name: str = field(default_factory=lambda: secrets.token_hex(8))
     """Names the scratch directory and the report: random, and not the token."""
+    tag: str = field(default_factory=lambda: secrets.token_hex(6))
+    """Names the copy of pytest's configuration the launcher writes beside the original."""
 
     @property
     def prefix(self) -> str:
@@ -140,7 +147,7 @@ class EvalScript:
     def limit(self) -> float:
         """Seconds the whole script may take: every in-container limit added up, plus slack. A backstop only:
         each step's own ``timeout`` stops it first."""
-        steps = len(self.ladder) + len(self.checkout) + 4  # save, restore, reset, test patch
+        steps = len(self.ladder) + len(self.checkout) + 6  # snapshot, save, restore, reset, test patch, canaries
         return self.eval_timeout + steps * (self.setup_timeout + KILL_GRACE) + KILL_GRACE + 30
 
     def resets(self) -> bool:
@@ -151,7 +158,7 @@ class EvalScript:
         model_patch = with_newline(self.model_patch)  # a last line without its newline is corrupt to git apply
         touched, backup = diff_paths(model_patch), f"{self.scratch}/saved"
         files = {"model.patch": model_patch, "save.sh": save_script(touched, backup),
-                 "restore.sh": restore_script(touched, backup), "eval.sh": self._eval_body()}
+                 "restore.sh": restore_script(touched, backup), "eval.sh": self._eval_body(), "launch.py": LAUNCHER}
         if self.test_patch.strip():
             files["test.patch"] = with_newline(self.test_patch)
         if self.resets():
@@ -160,19 +167,25 @@ class EvalScript:
                                  + section_script(self.section_paths, self.base, "$S", git=self.git) + "\n")
         lines = ["# rollout-farm grading: each step's output between markers, the test log last", "exec 2>&1",
                  f"P={shlex.quote(self.prefix)}", f"S={shlex.quote(self.scratch)}",
-                 _STEP.replace("STEPCAP", str(STEP_CAP)), "unpack() {", 'mkdir -p -- "$S" || return 1']
+                 _STEP.replace("STEPCAP", str(STEP_CAP)), snapshot_function(),
+                 # The canaries' names and the test patch (which tells them from the instance's tests) are gone
+                 # before the tests start: only this script, in the shell's memory, held them.
+                 "canaries() {", step_script(self.canaries), 'rm -f -- "$S/test.patch"', "}",
+                 "unpack() {", 'mkdir -p -- "$S" || return 1']
         for name, content in files.items():
             lines.append(f'printf -- {_printf_format(content)} > "$S/{name}" || return 1')
         lines += ["}", "step unpack unpack", '[ "$r" = 0 ] || exit 0']
         for number, ref in enumerate(self.checkout, 1):
             lines += [f"step checkout{number} {self._timeout()} {self.git} -c advice.detachedHead=false checkout -q "
                       f"{shlex.quote(ref)} --", '[ "$r" = 0 ] || exit 0']
+        lines += ["step snapshot snapshot", '[ "$r" = 0 ] || exit 0']
         lines += self._ladder()
         if self.resets():
             lines += [f'step reset {self._timeout()} bash "$S/reset.sh"', '[ "$r" = 0 ] || exit 0']
         if self.test_patch.strip():
             lines += [f'step test_patch {self._timeout()} {self.git} apply --verbose "$S/test.patch"',
                       '[ "$r" = 0 ] || exit 0']
+        lines += ["step canaries canaries", '[ "$r" = 0 ] || exit 0']
         report = ""
         if self.report:
             report = ("printf '%s begin report %s\\n' \"$P\" \"${EPOCHREALTIME:-$SECONDS}\"\n"
@@ -224,9 +237,10 @@ class EvalScript:
         # Plain bash, as the harness runs its eval script; its START/END markers frame the test output. The
         # report option goes in after the setup lines, so only the test command's pytest writes it.
         report = report_export(self.report_path) + "\n" if self.report else ""
+        hardened = exports(self.scratch, self.tag)
         if self.eval_script:
-            return eval_body(self.eval_script, report)
-        return (f'cd -- "$1" || exit 2\n{self.setup}\n{report}echo {shlex.quote(START_MARKER)}\n{self.command}\n'
+            return f"{hardened}\n{eval_body(self.eval_script, report)}"
+        return (f'cd -- "$1" || exit 2\n{hardened}\n{self.setup}\n{report}echo {shlex.quote(START_MARKER)}\n{self.command}\n'
                 f'rc=$?\necho {shlex.quote(END_MARKER)}\nexit $rc\n')
 
 

@@ -49,6 +49,10 @@ class Grade(Record):
     restored: list[str] = Field(default_factory=list)
     """Files the tests rely on that the patch had changed, put back as at base_commit before the tests ran
     (for tox.ini, setup.cfg, pyproject.toml: their pytest section)."""
+    canaries: int = 0
+    """Tests of the grader's own added to the run (``envs.swe.canaries``), half of them bound to fail."""
+    tampering: list[str] = Field(default_factory=list)
+    """What the canaries showed against the run: outcomes forced in the test process (unresolved when any)."""
     report_found: bool | None = None
     """pytest wrote its junitxml report (None: not asked for, or the tests timed out)."""
     test_output: str = ""
@@ -89,4 +93,6 @@ class Grade(Record):
             fields["eval_script_returncode"] = self.eval_script_returncode
         if self.unresolved_reason:
             fields["unresolved_reason"] = self.unresolved_reason
+        if self.tampering:
+            fields["tampering"] = self.tampering
         return content

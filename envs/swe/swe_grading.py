@@ -8,11 +8,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from envs.swe.pytest_log import eval_section
+from envs.swe import canaries as canary_tests
+from envs.swe.pytest_log import FAILING, eval_section
 from envs.swe.pytest_report import demote, read_junit, unconfirmed, wants_report
 from envs.swe.swe_eval_script import EvalScript, with_newline
 from envs.swe.swe_script_run import ScriptRun, printed_step, remove_scratch, run_script
-from envs.swe.swe_patch import diff_paths
+from envs.swe.swe_patch import diff_paths, refusal
 from envs.swe.swe_protect import restored_sections, test_file_paths, test_like, to_reset, with_sections
 from envs.swe.swe_reports import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
 from envs.swe.swe_rows import APPLY_LADDER, SWEBENCH5, EvalPlan, tests_of
@@ -23,12 +24,16 @@ from rollout.protocols import Runtime
 
 __all__ = ["APPLY_LADDER", "Grade", "grade"]
 
-_GIT = "git -c safe.directory='*'"  # a repository owned by another user (an image's /testbed) is still ours
+_GIT = "git -c safe.directory='*' -c core.hooksPath=/dev/null -c core.fsmonitor=false"
+"""Every git command of the grader: a repository owned by another user (an image's /testbed) is still ours, and no
+hook or monitor program runs (the patch cannot write .git, and the image's own hooks are no business of grading)."""
+TAMPERING = "tampering detected"
 
 
 async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_factory: Callable[[], Runtime], *,
                 eval_timeout: float = 1800, repo_dir: str = "/testbed", log: Callable[[str], Any] | None = None,
-                setup_timeout: float = 600, max_log_chars: int = 200_000, strict: bool = False) -> Grade:
+                setup_timeout: float = 600, max_log_chars: int = 200_000, strict: bool = False,
+                canaries: bool = True) -> Grade:
     """Grade ``model_patch`` for one SWE-bench instance in a new runtime from ``runtime_factory()``
     (started here, always closed), whose repository at ``base_commit`` is in ``repo_dir`` (absolute, or
     relative to the runtime's workdir). Bad instance data or a test patch that does not apply raise
@@ -68,6 +73,10 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     tested = expected[FAIL_TO_PASS] + expected[PASS_TO_PASS]
     protected = [*diff_paths(test_patch), *test_file_paths(tested)]
     touched = diff_paths(with_newline(model_patch))
+    if refused_why := refusal(with_newline(model_patch), protected):
+        result.unresolved_reason = f"refused: {refused_why}"
+        say(f"{ident}: {result.unresolved_reason}")
+        return result
     if strict and (refused := test_like(touched, protected)):
         result.unresolved_reason = f"strict grading: the patch touches tests or their configuration: {_few(refused)}"
         say(f"{ident}: {result.unresolved_reason}")
@@ -75,9 +84,14 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     reset, sections = to_reset(touched, protected), with_sections(touched)
     base = plan.base or str(task_data.get("base_commit") or "HEAD")
     report = wants_report(plan.command) if plan.report is None else plan.report
+    # A 5.x row's own script checks its test patch's files out and patches them after our steps: canaries go
+    # only where it leaves them.
+    planted = canary_tests.plan(plan.command, tested, skip=diff_paths(test_patch) if plan.eval_script else ()) \
+        if report and canaries else []
     script = EvalScript(secrets.token_hex(6), model_patch, "" if plan.eval_script else test_patch, base, plan.setup,
                         plan.command, plan.ladder, _GIT, setup_timeout, eval_timeout, reset_paths=reset,
-                        section_paths=sections, report=report, eval_script=plan.eval_script, checkout=plan.checkout)
+                        section_paths=sections, report=report, eval_script=plan.eval_script, checkout=plan.checkout,
+                        canaries=planted)
     began = time.monotonic()
     mark = _clock(result, began)
     runtime = runtime_factory()
@@ -112,17 +126,29 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
             text += f"\n\nTimeout error: {eval_timeout:g} seconds exceeded.\n"
         text, statuses, why = _read_log(result, plan, script, text)
         unconfirmed_tests: list[str] = []
+        cases, logged = None, statuses
         if script.report and not result.timed_out:
             cases = read_junit((await printed_step(runtime, run, "report", script.report_path, mark)).encode())
             result.report_found = cases is not None
             unconfirmed_tests = unconfirmed(statuses, cases, tested)
             statuses = demote(statuses, unconfirmed_tests)
+        placed = canary_tests.placed(run.steps["canaries"].output, planted)
+        result.canaries = len(placed)
+        if not result.timed_out:
+            result.tampering = canary_tests.evidence(placed, logged, cases)
+        own = {c.node_id for c in placed}
+        if (result.test_returncode == 1 and placed and not result.tampering
+                and not any(s in FAILING for t, s in logged.items() if t not in own)):
+            result.test_returncode = 0  # the only failures are the must-fail canaries: pytest's code without them
+            if plan.harness != SWEBENCH5:  # there the script's own code is the test command's
+                result.eval_script_returncode = 0
         result.test_statuses = statuses
         result.test_output = text if len(text) <= max_log_chars else "[... cut ...]\n" + text[-max_log_chars:]
         sort = categories if plan.harness == SWEBENCH5 else status_by_category
         result.tests_status = {} if why else sort(result.test_statuses, expected, fail_only=plan.fail_only)
         exit_ok = result.test_returncode in (0, 1)
-        result.resolved = not (result.timed_out or why) and exit_ok and is_resolved(result.tests_status)
+        result.resolved = (not (result.timed_out or why or result.tampering) and exit_ok
+                           and is_resolved(result.tests_status))
         result.reward = 1.0 if result.resolved else 0.0
         if not result.resolved:
             result.unresolved_reason = _reason(result, unconfirmed_tests, eval_timeout, why)
@@ -165,6 +191,8 @@ def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float, wh
     if result.test_returncode not in (0, 1):
         return (f"the test command exited with {result.test_returncode} (not 0 or 1: the run was interrupted, "
                 f"crashed or killed){restored}")
+    if result.tampering:
+        return f"{TAMPERING}: {'; '.join(result.tampering[:3])}{restored}"
     if unconfirmed_tests and not result.report_found:
         return f"pytest wrote no report of its results, so the log's passing tests do not count{restored}"
     if unconfirmed_tests:
@@ -186,6 +214,7 @@ def _applied(run: ScriptRun) -> tuple[str | None, str, str]:
     run.require("unpack")
     for number in range(1, len(run.script.checkout) + 1):
         run.require(f"checkout{number}")
+    run.require("snapshot")
     outputs = []
     for number, command in enumerate(run.script.ladder, 1):
         try:

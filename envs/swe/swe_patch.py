@@ -11,9 +11,17 @@ _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34,
 
 
 def diff_paths(diff: str) -> list[str]:
-    """Paths (relative to the repository root, ``a/`` / ``b/`` prefixes stripped) that ``diff`` names,
-    old and new names alike, in order of appearance, ``/dev/null`` left out. Hunk bodies are skipped by
-    their line counts, so a removed line that starts with ``-- `` is never read as a file header."""
+    """Paths (relative to the repository root, ``a/`` / ``b/`` prefixes stripped, normalised: ``x//y`` and
+    ``x/../y`` as the filesystem reads them) that ``diff`` names, old and new names alike, in order of appearance,
+    ``/dev/null`` and paths out of the repository left out. Hunk bodies are skipped by their line counts, so a
+    removed line that starts with ``-- `` is never read as a file header."""
+    return [p for p in dict.fromkeys(normalise(p) for p in header_paths(diff)) if _safe(p)]
+
+
+def header_paths(diff: str, every_format: bool = False) -> list[str]:
+    """The names of ``diff``'s file headers as written (C-quoting undone, prefixes stripped); with
+    ``every_format``, also those other patch formats name (``Index:``, context diffs' ``***``), which ``patch`` may
+    read."""
     paths: list[str] = []
     old_left = new_left = 0
     for line in diff.split("\n"):
@@ -29,13 +37,59 @@ def diff_paths(diff: str) -> list[str]:
             old_left, new_left = (int(n) if n is not None else 1 for n in hunk.groups())
         elif line.startswith("diff --git "):
             paths += _git_header_paths(line[len("diff --git "):])
-        elif line.startswith(("--- ", "+++ ")):
+        elif line.startswith(("--- ", "+++ ")) or (every_format and line.startswith("*** ")
+                                                   and not line.startswith("*** ***")):
             name = _field(line[4:])
             if name != "/dev/null":
                 paths.append(_strip_prefix(name))
         elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
             paths.append(_field(line.split(" ", 2)[2]))
-    return [p for p in dict.fromkeys(paths) if _safe(p)]
+        elif every_format and line.startswith("Index: "):
+            paths.append(_field(line[len("Index: "):]))
+    return paths
+
+
+def normalise(path: str) -> str:
+    """``path`` as the filesystem resolves its name (doubled slashes and ``.`` / ``..`` components folded; a
+    leading ``/`` kept)."""
+    folded = posixpath.normpath(path) if path else path
+    return folded[1:] if folded.startswith("//") else folded
+
+
+def symlinks(diff: str) -> list[tuple[str, str]]:
+    """(path, target) of every symbolic link ``diff`` creates or changes (git's mode 120000)."""
+    found: list[tuple[str, str]] = []
+    path, link = None, False
+    for line in diff.split("\n"):
+        if line.startswith("diff --git "):
+            names = _git_header_paths(line[len("diff --git "):])
+            path, link = (names[-1] if names else None), False
+        elif line.startswith(("new file mode 120000", "new mode 120000")):
+            link = True
+        elif link and path is not None and line.startswith("+") and not line.startswith("+++"):
+            found.append((normalise(path), line[1:]))
+            link = False
+    return found
+
+
+def refusal(diff: str, protected: list[str]) -> str | None:
+    """Why ``diff`` is refused before it is applied, or None: a path (in any header a patch tool may read) that
+    leaves the repository or goes into ``.git``; a symbolic link that points out of the repository, into
+    ``.git``, or at a ``protected`` file."""
+    for raw in header_paths(diff, every_format=True):
+        path = normalise(raw)
+        if path.startswith("/") or path == ".." or path.startswith("../"):
+            return f"the patch names a path outside the repository ({raw!r})"
+        if any(part.lower() == ".git" for part in path.split("/")):
+            return f"the patch writes into .git ({raw!r})"
+    keep = set(protected)
+    for path, target in symlinks(diff):
+        resolved = normalise(posixpath.join(posixpath.dirname(path), target))
+        if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
+            return f"the patch makes {path} a symbolic link out of the repository ({target!r})"
+        if resolved in keep or path in keep or any(p.lower() == ".git" for p in resolved.split("/")):
+            return f"the patch makes {path} a symbolic link to a protected file ({target!r})"
+    return None
 
 
 def reset_script(paths: list[str], base: str, git: str = "git") -> str:

@@ -425,14 +425,37 @@ def test_a_log_past_the_output_cap_is_read_back(instance, tmp_path):
     removed_scratch(calls)
 
 
-class SlowCheckout(ClonedRepo):
-    """The instance's clone with a post-checkout hook that hangs: resetting the test files never ends."""
+class HookedCheckout(ClonedRepo):
+    """The instance's clone with a post-checkout hook that hangs (the grader's git commands run no hook)."""
 
     async def start(self) -> None:
         await super().start()
         hook = f"{self.repo_dir}/.git/hooks/post-checkout"
         done = await self.inner.exec(f"printf '#!/bin/sh\\nsleep 60\\n' > {hook} && chmod +x {hook}", timeout=30)
         assert done.returncode == 0, done.output
+
+
+class SlowCheckout(ClonedRepo):
+    """The instance's clone with a smudge filter that hangs on every file: resetting the test files never ends."""
+
+    async def start(self) -> None:
+        await super().start()
+        repo = self.repo_dir
+        done = await self.inner.exec(f"git -C {repo} config filter.slow.smudge 'sleep 60; cat' && "
+                                     f"printf '* filter=slow\\n' > {repo}/.git/info/attributes", timeout=30)
+        assert done.returncode == 0, done.output
+
+
+def test_no_hook_of_the_repository_runs_in_grading(instance, tmp_path):
+    root = tmp_path / "workspaces"
+
+    def make():
+        inner = LocalRuntime({"root": str(root), "timeout": 60}, trusted_model=True)
+        return HookedCheckout(inner, instance["bundle"], instance["base_commit"], "repo", "src.bundle")
+
+    graded = asyncio.run(grade(instance, instance["patch"], make, repo_dir="repo", setup_timeout=20))
+    assert graded.resolved, graded.unresolved_reason
+    assert graded.durations["total"] < 20  # the hanging hook never ran
 
 
 def test_a_preparation_step_past_setup_timeout_is_a_verifier_error(instance, tmp_path):
@@ -443,9 +466,9 @@ def test_a_preparation_step_past_setup_timeout_is_a_verifier_error(instance, tmp
         return SlowCheckout(inner, instance["bundle"], instance["base_commit"], "repo", "src.bundle")
 
     began = time.monotonic()
-    with pytest.raises(VerifierError, match="'reset' took more than 0.5s"):
+    with pytest.raises(VerifierError, match="step '(apply1|reset)' took more than 0.5s"):
         asyncio.run(grade(instance, instance["patch"], make, repo_dir="repo", setup_timeout=0.5))
-    assert time.monotonic() - began < 30  # the hook was stopped, not waited for
+    assert time.monotonic() - began < 30  # the filter was stopped, not waited for
     assert not list(root.iterdir())
 
 
