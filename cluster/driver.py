@@ -26,11 +26,15 @@ from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.resume import Plan, attempt_record, can_retry
 from rollout.run_store import RunStore, partial_trajectory_writer
 from rollout.summary import Progress, ProgressDisplay
+from rollout.waits import cancel_and_wait, sleep_unless, within
 
 log = logging.getLogger(__name__)
 
 BACKEND_LIVE_TIMEOUT = 5.0
 """Seconds to wait for a backend's ``live()`` rows before writing the live view from what the driver knows."""
+STOP_GRACE = 60.0
+"""Seconds the cancelled rollouts (a runtime closing its containers) and the ticker may take to end when the run
+stops; the driver then goes on without them, so the summary is written and the run's lock released."""
 
 
 def rollout_meta(run_id: str, task: Task, sample: int, attempt: int, base_seed: int) -> RequestMeta:
@@ -92,7 +96,7 @@ class Driver:
         rows = None
         if self.state == live.RUNNING:
             try:
-                rows = await asyncio.wait_for(self.backend.live(), BACKEND_LIVE_TIMEOUT)
+                rows = await within(self.backend.live(), BACKEND_LIVE_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - a view of the run must never stop it
                 log.warning("the backend's live rows are unavailable: %s: %s", type(exc).__name__, exc)
                 rows = None
@@ -114,7 +118,9 @@ class Driver:
         self._queue = queue
         workers = [asyncio.create_task(self._worker(queue)) for _ in range(min(self.concurrency, len(self.plan.todo)))]
         self.started_at, self.state = time.time(), live.RUNNING
-        ticker = asyncio.create_task(self._tick()) if self.progress_interval or self.live_dir is not None else None
+        stop = asyncio.Event()
+        ticking = self.progress_interval or self.live_dir is not None
+        ticker = asyncio.create_task(self._tick(stop)) if ticking else None
         try:
             if self.live_dir is not None:
                 self._write_live(await self.live_state())
@@ -125,11 +131,10 @@ class Driver:
             self.state = live.INTERRUPTED if stopped else live.FAILED
             raise
         finally:
-            for w in workers:
-                w.cancel()
-            if ticker is not None:
-                ticker.cancel()
-            await asyncio.gather(*workers, *([ticker] if ticker else []), return_exceptions=True)
+            # The flag, not only the cancel, ends the ticker: a cancel can be lost (``rollout.waits``), and the
+            # run hung here after its last rollout, holding its lock.
+            stop.set()
+            await cancel_and_wait([*workers, *([ticker] if ticker else [])], STOP_GRACE, "driver task")
             while not queue.empty():
                 self.not_started.append(queue.get_nowait())
             if self.display.tty and self.progress_interval:
@@ -182,12 +187,11 @@ class Driver:
             return []
         return [partial_trajectory_writer(self.store, meta)]
 
-    async def _tick(self) -> None:
-        """Every ``live_interval``: rewrite live.json and redraw a terminal's status line; plain status lines
-        (job logs) only every ``progress_interval``."""
+    async def _tick(self, stop: asyncio.Event) -> None:
+        """Every ``live_interval`` until ``stop`` is set: rewrite live.json and redraw a terminal's status line;
+        plain status lines (job logs) only every ``progress_interval``."""
         last_line = time.monotonic()
-        while True:
-            await asyncio.sleep(self.live_interval)
+        while not await sleep_unless(stop, self.live_interval):
             self.backend.note_queue(self._queue.qsize())  # queue depth: not yet started + waiting for a slot
             if self.live_dir is not None:
                 try:

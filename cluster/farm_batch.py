@@ -12,6 +12,7 @@ from rollout.errors import DeadlineExceeded
 from rollout.records import RolloutResult, Task
 from rollout.resume import Plan, Planned
 from rollout.runner import failure_result
+from rollout.waits import within
 
 
 def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] = ()) -> tuple[Any, Any, dict]:
@@ -69,7 +70,7 @@ class MemberBatch:
                         base_seed=base_seed, progress_interval=None, write_trajectories=False, out=self.out,
                         on_result=count, stop_when=self.budget_spent)
         try:
-            await asyncio.wait_for(driver.run(), deadline)
+            await within(driver.run(), deadline)  # a trainer's cancel is never lost (rollout.waits)
         except asyncio.TimeoutError:
             pass
         finished = {(r.task_id, r.sample_index) for r in driver.finished}

@@ -13,10 +13,7 @@ from rollout.events import Emitter, Observer
 from rollout.protocols import Model
 from rollout.records import Message, Observation, RequestMeta, Step, Trajectory
 from rollout.termination import Limits, Termination
-
-
-_timeout = getattr(asyncio, "timeout", None)
-"""``asyncio.timeout`` (Python 3.11+)."""
+from rollout.waits import within
 
 
 class RolloutContext:
@@ -105,12 +102,7 @@ class RolloutContext:
         call = model.complete(self.trajectory.messages, tools, meta=self.meta, **self.sampling)
         term.model_call_started()
         try:
-            if budget is None:
-                return await call
-            if _timeout is None:  # Python 3.10
-                return await asyncio.wait_for(call, budget)
-            async with _timeout(budget):  # a timer, not a task per call as wait_for makes
-                return await call
+            return await within(call, budget)  # a timer, not a task per call as wait_for makes
         except (asyncio.TimeoutError, TimeoutError) as exc:
             spent = term.model_seconds()
             raise ModelError(

@@ -28,6 +28,7 @@ from cluster.gym.config import GymSection
 from cluster.gym.request_guards import BodyLimit, ClientGone, while_connected
 from cluster.gym.rows import RowError, episode_reply, episode_task, failure_of, legacy_task, verify_reply
 from rollout.records import RolloutResult, Task
+from rollout.waits import within
 
 NO_RESPONSES_API = frozenset({"mini_swe"})
 """Agent types whose ``/v1/responses`` answers 501 (they own the whole episode)."""
@@ -46,7 +47,7 @@ class Admission:
             return True
         self.waiting += 1
         try:
-            await asyncio.wait_for(self.semaphore.acquire(), self.timeout)
+            await within(self.semaphore.acquire(), self.timeout)  # a client's cancel is never lost (rollout.waits)
             return True
         except asyncio.TimeoutError:
             return False

@@ -29,6 +29,7 @@ from rollout.errors import DeadlineExceeded, WorkerDied
 from rollout.events import Observer
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.runner import failure_result
+from rollout.waits import within
 
 NODE_REFRESH_INTERVAL = 5.0
 """Seconds between looks at the cluster's node list (joined and lost nodes)."""
@@ -78,7 +79,7 @@ class RayBackend(Backend):
 
         async def stop(node: Node) -> None:
             try:
-                await asyncio.wait_for(node.actor.shutdown.remote(), 60)
+                await within(node.actor.shutdown.remote(), 60)
             except Exception:  # noqa: BLE001 - a dead worker's containers are reaped by label below
                 pass
             ray.kill(node.actor, no_restart=True)
@@ -110,7 +111,9 @@ class RayBackend(Backend):
         channel, seq = node.channel, next(self._seq)
         future = channel.send(seq, task, meta)
         try:
-            payload = await asyncio.wait_for(asyncio.shield(future), self.deadline)
+            # within, not wait_for: a driver's cancel landing as the result arrives would be lost (rollout.waits),
+            # and its worker would go on taking rollouts after Ctrl-C or a batch deadline
+            payload = await within(asyncio.shield(future), self.deadline)
             try:
                 result = decode_result(payload) if payload is not None else failure_result(task, meta, WorkerDied(
                     f"the worker on node {node.node_id[:8]} cancelled attempt {meta.attempt} of {meta.rollout_id}"))
@@ -216,7 +219,7 @@ class RayBackend(Backend):
             actor = spawn_worker(self.source_ref, node.node_id, f"{self.name}:{self.run_id}:{node.node_id[:8]}:"
                                  f"{node.index}:{generation}", run_dir=self.run_dir, run_id=self.run_id)
             try:
-                info = await asyncio.wait_for(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
+                info = await within(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
                 ray.kill(actor, no_restart=True)
                 print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "

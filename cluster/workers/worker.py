@@ -22,6 +22,7 @@ from rollout.protocols import Environment, Model, ModelResponse, Verifier
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.runner import failure_result, run_rollout
 from rollout.termination import Limits
+from rollout.waits import within
 
 
 class ConfigSource:
@@ -176,7 +177,7 @@ class RolloutWorker:
         if not self._outbox:
             self._ready.clear()
             try:
-                await asyncio.wait_for(self._ready.wait(), wait)
+                await within(self._ready.wait(), wait)  # cancelled, it must not take the outbox to nobody
             except asyncio.TimeoutError:
                 pass
         out, self._outbox = self._outbox, []

@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from rollout.waits import within
+
 Response = tuple[int, dict[str, str], bytes]
 
 
@@ -211,8 +213,7 @@ class Http1Pool:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(_Connection, self.host, self.port),
-                                             self.connect_timeout)
+            _, conn = await within(loop.create_connection(_Connection, self.host, self.port), self.connect_timeout)
         except OSError as exc:
             raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from None
         self.opened += 1
