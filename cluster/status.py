@@ -48,10 +48,10 @@ def status_report(run_dir: str | Path, stall: float = STALL_SECONDS, now: float 
     now = time.time() if now is None else now
     try:
         doc = read_live(run_dir)
-    except FileNotFoundError:
-        return "unknown", "\n".join([
-            f"run {run_dir.name}: no live view (not started yet, or run by an older version)",
-            f"run directory: {run_dir}", results_report(run_dir)])
+    except (FileNotFoundError, ValueError) as exc:  # ValueError: a damaged live.json (not JSON, not UTF-8)
+        why = "not started yet, or run by an older version" if isinstance(exc, FileNotFoundError) else "unreadable"
+        return "unknown", "\n".join([f"run {run_dir.name}: no live view ({why})", f"run directory: {run_dir}",
+                                      results_report(run_dir)])
     state, why = live_condition(doc, now)
     lines = [f"run {doc.get('run_id', run_dir.name)}: {state.upper()} ({why})", f"run directory: {run_dir}"]
     if state == STALE:
@@ -102,28 +102,29 @@ def shorten(command: str | None, limit: int = 48) -> str:
 
 
 def results_report(run_dir: str | Path) -> str:
-    """The summary counts of the run's results.jsonl so far (a torn last line, mid-append, is skipped)."""
-    from rollout.run_store import StoredResult
+    """The summary counts of the run's results.jsonl so far, read as resume and repair read it: a torn last line
+    (mid-append) is left out, a damaged line (not JSON, not UTF-8, not a result) is skipped and named."""
+    from rollout.run_files import parse_results
     from rollout.summary import format_table, summarize
 
     path = Path(run_dir) / "results.jsonl"
-    results = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         return "results: none yet"
-    for line in text.splitlines():
-        try:
-            results.append(StoredResult.model_validate_json(line))
-        except ValueError:
-            continue
+    parsed = parse_results(path)
+    results = parsed.results
     samples = 1
     try:
         samples = int(json.loads((Path(run_dir) / "config.json").read_text())["run"]["samples"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
     summary = summarize(results, k_values=(1, samples) if samples > 1 else (1,))
-    return "results (results.jsonl):\n" + "\n".join("  " + line for line in format_table(summary).splitlines())
+    report = "results (results.jsonl):\n" + "\n".join("  " + line for line in format_table(summary).splitlines())
+    if parsed.bad:
+        numbers = [number for number, _raw, _why in parsed.bad]
+        shown = ", ".join(map(str, numbers[:10])) + (" ..." if len(numbers) > 10 else "")
+        report += (f"\n{len(numbers)} damaged line(s) skipped ({shown}): their rollouts run again on resume; "
+                   f"`rollout repair {run_dir}` moves them aside")
+    return report
 
 
 def command(args: argparse.Namespace) -> int:

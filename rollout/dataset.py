@@ -23,7 +23,8 @@ from typing import Callable, Any, Iterable
 from pydantic import ValidationError
 
 from rollout.errors import ConfigError
-from rollout.dataset_rows import HF_PREFIX, fail as _fail, hf_rows, json_list_rows, jsonl_rows, type_name
+from rollout.dataset_rows import (HF_PREFIX, fail as _fail, hf_rows, json_list_rows, jsonl_rows, type_name,
+                                  utf8_text)
 from rollout.paths import id_problem
 from rollout.records import Task
 
@@ -47,9 +48,10 @@ def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None
     else:
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read dataset: {getattr(exc, 'strerror', None) or exc}", str(path)) from None
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read dataset: {exc.strerror or exc}", str(path)) from None
+        text = utf8_text(data, path)
         rows = json_list_rows(text, path) if path.suffix == ".json" else jsonl_rows(text, path)
     tasks: list[Task] = []
     seen: dict[str, int] = {}

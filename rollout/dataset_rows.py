@@ -11,7 +11,7 @@ import threading
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rollout.errors import ConfigError
 
@@ -95,8 +95,20 @@ def unreachable(endpoint: str, timeout: float = HUB_TIMEOUT) -> str | None:
     return f"{host}:{port}: {exc.strerror or exc}"
 
 
-def fail(path: Path, line: int, problem: str) -> None:
+def fail(path: Path, line: int, problem: str) -> NoReturn:
     raise ConfigError(f"line {line}: {problem}", str(path))
+
+
+def utf8_text(data: bytes, path: Path) -> str:
+    """A dataset file's bytes as text, newlines as text mode reads them; bytes that are not UTF-8 fail naming
+    their line and column (the codec's own error gives a byte offset into the whole file)."""
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        column = len(data[start:exc.start].decode("utf-8")) + 1  # the bytes before the first bad one are UTF-8
+        fail(path, data.count(b"\n", 0, exc.start) + 1,
+             f"not UTF-8 text: byte 0x{data[exc.start]:02x} at column {column} (a dataset file must be UTF-8)")
 
 
 def jsonl_rows(text: str, path: Path) -> list[tuple[int, Any]]:
