@@ -107,7 +107,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
             return result
         result.patch_successfully_applied = True
         say(f"{ident}: patch applied with `{result.apply_method}`")
-        restored = _check_tests_prepared(run, bool(reset or sections))
+        restored = _check_tests_prepared(run, bool(reset or sections) or _near(touched, [*protected, *reset]))
         if isinstance(restored, str):
             result.unresolved_reason = restored
             return result
@@ -231,6 +231,12 @@ def _applied(run: ScriptRun) -> tuple[str | None, str, str]:
     return None, "\n".join(outputs), "the patch does not apply"
 
 
+def _near(touched: list[str], paths: list[str]) -> bool:
+    """Whether the patch touched one of ``paths``, a directory above one, or a path below one: then a failure to
+    put them back is the patch's doing."""
+    return any(t == p or p.startswith(t + "/") or t.startswith(p + "/") for t in touched for p in paths)
+
+
 def _check_tests_prepared(run: ScriptRun, patch_touched: bool) -> list[str] | str:
     """Test files as at ``base`` (whatever the model did to them), then the test patch on top: the
     configuration files whose pytest section was put back, or why the patch is unresolved when the files it
@@ -246,6 +252,8 @@ def _check_tests_prepared(run: ScriptRun, patch_touched: bool) -> list[str] | st
         restored = restored_sections(reset.output)
     if script.test_patch.strip():
         applied = run.require("test_patch", failing_ok=True)
+        if applied.returncode != 0 and patch_touched:
+            return f"the test patch does not apply over what the patch left:\n{applied.output[-2000:]}"
         if applied.returncode != 0:
             raise VerifierError(f"instance {run.ident}: the test patch does not apply:\n{applied.output[-2000:]}",
                                 retryable=False)

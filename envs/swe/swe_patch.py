@@ -75,7 +75,7 @@ def symlinks(diff: str) -> list[tuple[str, str]]:
 def refusal(diff: str, protected: list[str]) -> str | None:
     """Why ``diff`` is refused before it is applied, or None: a path (in any header a patch tool may read) that
     leaves the repository or goes into ``.git``; a symbolic link that points out of the repository, into
-    ``.git``, or at a ``protected`` file."""
+    ``.git``, or at a ``protected`` file, or that stands where a directory above a protected file is."""
     for raw in header_paths(diff, every_format=True):
         path = normalise(raw)
         if path.startswith("/") or path == ".." or path.startswith("../"):
@@ -87,7 +87,8 @@ def refusal(diff: str, protected: list[str]) -> str | None:
         resolved = normalise(posixpath.join(posixpath.dirname(path), target))
         if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
             return f"the patch makes {path} a symbolic link out of the repository ({target!r})"
-        if resolved in keep or path in keep or any(p.lower() == ".git" for p in resolved.split("/")):
+        if (resolved in keep or path in keep or any(p.lower() == ".git" for p in resolved.split("/"))
+                or any(k.startswith(path + "/") for k in keep)):
             return f"the patch makes {path} a symbolic link to a protected file ({target!r})"
     return None
 

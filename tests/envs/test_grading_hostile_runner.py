@@ -170,6 +170,12 @@ def symlink_over_tests(row, tmp_path):
             "+++ b/numerals/alias.py\n@@ -0,0 +1 @@\n+../tests/test_roman.py\n\\ No newline at end of file\n")
 
 
+def symlink_over_test_dir(row, tmp_path):
+    """The tests' directory made a link to the package (its files dropped), so the test files are the patch's."""
+    return ("diff --git a/tests b/tests\nnew file mode 120000\n--- /dev/null\n+++ b/tests\n@@ -0,0 +1 @@\n"
+            "+numerals\n\\ No newline at end of file\n")
+
+
 def startup_file(row, tmp_path):
     """sitecustomize.py on the row's PYTHONPATH (src/): the interpreter would import it before pytest, and it forges
     the results when the interpreter exits."""
@@ -188,6 +194,7 @@ CASES = {
     "hook planted in .git": (ROMAN, git_hook, "writes into .git", False),
     "symlink out of the repository": (ROMAN, symlink_out, "symbolic link out of the repository", False),
     "symlink to a test file": (ROMAN, symlink_over_tests, "symbolic link to a protected file", False),
+    "test directory made a symlink": (ROMAN, symlink_over_test_dir, "symbolic link to a protected file", False),
     "start-up file on PYTHONPATH": (INTERVALS, startup_file, "", False),
 }
 

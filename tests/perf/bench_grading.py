@@ -5,7 +5,8 @@
 For each instance (images built first if missing), side by side, one at a time, medians of ``--repeat``:
 
 - grading: ``envs.swe.swe_grading.grade`` of the gold patch in a fresh DockerRuntime of the instance image
-  (start, then one exec running the patch ladder, test reset, test patch and tests; container removed);
+  (start, then one exec running the snapshot of pytest's configuration, the patch ladder, test reset, test patch,
+  canaries and the tests through the pinned launcher; container removed), canaries in place (else it stops);
 - bare: the docker CLI, ``docker run --rm -i --network none <image> bash -c "git apply - && <test_cmd>"``
   with the gold and test patches on stdin, so both run the same tests in a fresh container of the same image.
 
@@ -54,8 +55,9 @@ async def graded(row: dict, image: str) -> tuple[float, dict[str, float]]:
     began = time.perf_counter()
     result = await grade(row, row["patch"], fresh, eval_timeout=300)
     seconds = time.perf_counter() - began
-    if not result.resolved:
-        raise SystemExit(f"{row['instance_id']}: the gold patch did not resolve:\n{result.test_output[-2000:]}")
+    if not result.resolved or not result.canaries:
+        raise SystemExit(f"{row['instance_id']}: the gold patch did not resolve with canaries in place "
+                         f"({result.canaries}):\n{result.unresolved_reason}\n{result.test_output[-2000:]}")
     return seconds, result.durations
 
 
