@@ -94,7 +94,7 @@ def test_tasks_that_outlive_their_cancel_are_left_behind_after_the_bound():
 
 def test_no_code_of_ours_waits_with_asyncio_wait_for():
     users = [f"{path.relative_to(ROOT)}:{number}"
-             for package in ("rollout", "cluster", "agents")
+             for package in ("rollout", "cluster", "agents", "envs")
              for path in sorted((ROOT / package).rglob("*.py")) if path.name != "waits.py"
              for number, line in enumerate(path.read_text().splitlines(), 1) if "wait_for(" in line]
     assert users == [], "use rollout.waits.within: wait_for loses a cancel that lands as its call finishes"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from envs.runtimes.output import decode
 from envs.swe.swe_eval_script import EvalScript, Step
 from rollout.errors import VerifierError
+from rollout.waits import within
 from rollout.protocols import ExecResult, Runtime
 
 GUARD = 8.0
@@ -68,7 +69,7 @@ async def run_script(runtime: Runtime, script: EvalScript, repo_dir: str, mark: 
     login shell in containers) already set the environment up, and a login shell would reset PATH (and so
     a virtualenv) on a host. The script goes in on the exec's stdin: never on a command line or in a file."""
     try:
-        return await asyncio.wait_for(runtime.exec(script.loader, timeout=script.limit, cwd=repo_dir,
+        return await within(runtime.exec(script.loader, timeout=script.limit, cwd=repo_dir,
                                                    stdin=script.text().encode()), script.limit + GUARD)
     except asyncio.TimeoutError:
         return ExecResult(output="", returncode=-1, timed_out=True, duration=script.limit + GUARD)
@@ -83,7 +84,7 @@ async def printed_step(runtime: Runtime, run: ScriptRun, step: str, path: str, m
     if printed is not None and printed.returncode is not None:
         return ""  # the file is not there: cat failed
     try:
-        text = decode(await asyncio.wait_for(runtime.read_file(path), 60))
+        text = decode(await within(runtime.read_file(path), 60))
     except (FileNotFoundError, asyncio.TimeoutError):
         text = printed.output if printed is not None else ""
     mark("read")
