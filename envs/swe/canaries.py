@@ -49,10 +49,10 @@ class CanaryFile:
 
 
 def plan(command: str, test_ids: Sequence[str], skip: Iterable[str] = (), rng: random.Random | None = None,
-         files: int = 2) -> list[CanaryFile]:
+         files: int = 2, prefer: Sequence[str] = ()) -> list[CanaryFile]:
     """Canaries for up to ``files`` of the test files named by ``test_ids`` that ``command`` collects whole (named
     on it as a file or under a directory named on it, or no path named at all), except those in ``skip``; none when the command narrows
-    what runs (``NARROWING``) or is not a plain pytest command line."""
+    what runs (``NARROWING``) or is not a plain pytest command line. Files of the ``prefer`` ids are chosen first."""
     rng = rng or random.SystemRandom()
     try:
         words = shlex.split(command, comments=True)
@@ -75,7 +75,10 @@ def plan(command: str, test_ids: Sequence[str], skip: Iterable[str] = (), rng: r
         path = test.split("::", 1)[0]
         if "::" in test and path.endswith(".py") and path not in skip and _collected(path, named):
             by_file.setdefault(path, []).append(test)
-    chosen = rng.sample(sorted(by_file), min(files, len(by_file)))
+    # Files of FAIL_TO_PASS tests first: none of them can be marked xfail as a whole (a must-fail canary there would
+    # be reported XFAIL, which counts as passing).
+    first = [f for f in sorted(by_file) if any(t.split("::", 1)[0] == f for t in prefer)] or sorted(by_file)
+    chosen = rng.sample(first, min(files, len(first)))
     return [_canaries(path, by_file[path], rng) for path in chosen]
 
 
@@ -180,7 +183,8 @@ def placed(output: str, files: Sequence[CanaryFile]) -> list[Canary]:
 def evidence(canaries: Sequence[Canary], statuses: Mapping[str, str],
              cases: list[tuple[str, str, str]] | None) -> list[str]:
     """What the log (``statuses``) and pytest's report (``cases``; None: none written) show against the canaries:
-    a must-fail one passing, a must-pass one failing, or one missing while other tests of its file reported."""
+    a must-fail one passing, a must-pass one failing, or one missing from a log that lists other tests of its file
+    passing (or from a report, while the log has it)."""
     found = []
     report = {(c, n): outcome for c, n, outcome in cases or ()}
     for canary in canaries:
@@ -188,7 +192,8 @@ def evidence(canaries: Sequence[Canary], statuses: Mapping[str, str],
         want = "pass" if canary.passes else "fail"
         status = statuses.get(canary.node_id)
         if status is None:
-            if any(t.split("::", 1)[0] == path and t != canary.node_id for t in statuses):
+            # Missing counts only where the log lists passing tests of the file (-rA, verbose): there it must be.
+            if any(t.split("::", 1)[0] == path and s in PASSING for t, s in statuses.items() if t != canary.node_id):
                 found.append(f"{canary.node_id} (must {want}) is missing from the log")
         elif (canary.passes and status == FAILED) or (not canary.passes and status in PASSING):
             found.append(f"{canary.node_id} (must {want}) is {status} in the log")

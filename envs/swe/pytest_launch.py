@@ -65,7 +65,7 @@ __rollout_python() {
       -m) if [ "${2-}" = pytest ] || [ "${2-}" = py.test ]; then
             py=$(type -P "$name") || break
             shift 2; [ -z "$__x" ] || set -x
-            __rollout_launch "$py" m "${opts[@]}" -S "$ROLLOUT_GRADE_LAUNCHER" "$@"; return
+            __rollout_launch "$py" m ${opts[@]+"${opts[@]}"} -S "$ROLLOUT_GRADE_LAUNCHER" "$@"; return
           fi; break ;;
       -X|-W) [ $# -ge 2 ] || break; opts+=("$1" "$2"); shift 2 ;;
       -c|-|--*) break ;;
@@ -74,7 +74,7 @@ __rollout_python() {
     esac
   done
   [ -z "$__x" ] || set -x
-  command "$name" "${opts[@]}" "$@"
+  command "$name" ${opts[@]+"${opts[@]}"} "$@"
 }
 __rollout_script() {
   { local __x=${-//[^x]/}; set +x; } 2>/dev/null
@@ -193,8 +193,8 @@ def _preload():
 def _configure(args, repo, mirror, tag, cwd, inside):
     """['-c', COPY, '--rootdir', DIR]: the configuration pytest finds for ``args`` among the files as they were
     before the patch (a mirror of them), copied beside the original under a new name; [] when it cannot tell."""
-    if not mirror or not os.path.isdir(mirror):
-        return []
+    if not mirror or not os.path.isdir(mirror) or not inside(cwd):
+        return []  # a pytest the tests start elsewhere (a temporary project of their own) reads its own files
     try:
         from _pytest.config import findpaths
     except Exception:

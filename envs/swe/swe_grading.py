@@ -86,8 +86,8 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     report = wants_report(plan.command) if plan.report is None else plan.report
     # A 5.x row's own script checks its test patch's files out and patches them after our steps: canaries go
     # only where it leaves them.
-    planted = canary_tests.plan(plan.command, tested, skip=diff_paths(test_patch) if plan.eval_script else ()) \
-        if report and canaries else []
+    planted = canary_tests.plan(plan.command, tested, skip=diff_paths(test_patch) if plan.eval_script else (),
+                                prefer=expected[FAIL_TO_PASS]) if report and canaries else []
     script = EvalScript(secrets.token_hex(6), model_patch, "" if plan.eval_script else test_patch, base, plan.setup,
                         plan.command, plan.ladder, _GIT, setup_timeout, eval_timeout, reset_paths=reset,
                         section_paths=sections, report=report, eval_script=plan.eval_script, checkout=plan.checkout,
