@@ -49,13 +49,30 @@ snapshot() {
   return 0
 }"""
 
-# Catches the test command's pytest. Functions win over PATH and exported ones reach child bash scripts. They do not
-# trace themselves under `set -x` (a 5.x eval script sets it): their own lines stay out of the log.
+# Catches the test command's pytest. Functions win over PATH and exported ones reach child bash scripts. The
+# interpreter and pytest script are looked up on PATH outside the repository (a row may put a directory of it on
+# PATH; a patch may add an executable `python` or `pytest` there). They do not trace themselves under `set -x` (a
+# 5.x eval script sets it): their own lines stay out of the log.
 FUNCTIONS = """\
 __rollout_launch() {
   local py=$1 form=$2; shift 2
   ROLLOUT_GRADE_PYTHONPATH=${PYTHONPATH-} ROLLOUT_GRADE_HAS_PATH=${PYTHONPATH+1} ROLLOUT_GRADE_FORM=$form \\
     env -u PYTHONPATH "$py" "$@"
+}
+__rollout_which() {
+  local d real IFS=:
+  for d in $PATH; do
+    real=$(cd -- "${d:-.}" 2>/dev/null && pwd -P) || continue
+    case $real/ in "$ROLLOUT_GRADE_REPO"/*) continue ;; esac
+    [ -x "$real/$1" ] && [ ! -d "$real/$1" ] && { printf '%s\\n' "$real/$1"; return 0; }
+  done
+  return 1
+}
+__rollout_outside() {
+  local real
+  real=$(readlink -f -- "$1" 2>/dev/null) || return 1
+  case $real/ in "$ROLLOUT_GRADE_REPO"/*) return 1 ;; esac
+  return 0
 }
 __rollout_python() {
   { local __x=${-//[^x]/}; set +x; } 2>/dev/null
@@ -63,7 +80,7 @@ __rollout_python() {
   while [ $# -gt 0 ]; do
     case $1 in
       -m) if [ "${2-}" = pytest ] || [ "${2-}" = py.test ]; then
-            py=$(type -P "$name") || break
+            py=$(__rollout_which "$name") || break
             shift 2; [ -z "$__x" ] || set -x
             __rollout_launch "$py" m ${opts[@]+"${opts[@]}"} -S "$ROLLOUT_GRADE_LAUNCHER" "$@"; return
           fi; break ;;
@@ -79,13 +96,14 @@ __rollout_python() {
 __rollout_script() {
   { local __x=${-//[^x]/}; set +x; } 2>/dev/null
   local name=$1 file line py=; shift
-  if file=$(type -P "$name") && IFS= read -r line < "$file" && [ "${line:0:2}" = '#!' ]; then
+  if file=$(__rollout_which "$name") && IFS= read -r line < "$file" && [ "${line:0:2}" = '#!' ]; then
     line=${line#\\#!}; line=${line# }
     case $line in
-      */env\\ *) py=$(type -P "${line##* }") ;;
+      */env\\ *) py=$(__rollout_which "${line##* }") ;;
       *python*) [ -x "${line%% *}" ] && [ "${line%% *}" = "$line" ] && py=$line ;;
     esac
     [ -n "$py" ] || { [ -x "${file%/*}/python" ] && py=${file%/*}/python; }
+    [ -z "$py" ] || __rollout_outside "$py" || py=
   fi
   [ -z "$__x" ] || set -x
   if [ -n "$py" ]; then __rollout_launch "$py" script -S "$ROLLOUT_GRADE_LAUNCHER" "$@"; else command "$name" "$@"; fi
@@ -94,7 +112,8 @@ python() { __rollout_python python "$@"; }
 python3() { __rollout_python python3 "$@"; }
 pytest() { __rollout_script pytest "$@"; }
 py.test() { __rollout_script py.test "$@"; }
-export -f __rollout_launch __rollout_python __rollout_script python python3 pytest py.test"""
+export -f __rollout_which __rollout_outside __rollout_launch __rollout_python __rollout_script python python3 pytest \\
+  py.test"""
 
 LAUNCHER = r'''
 """rollout-farm's grading launcher: pytest as the image has it, configured as the repository was before the
@@ -362,6 +381,6 @@ def snapshot_function() -> str:
 
 def exports(scratch: str, tag: str) -> str:
     """eval.sh's first lines (run in the repository): the launcher's inputs and the functions that catch pytest."""
-    return "\n".join([f"export ROLLOUT_GRADE_REPO=\"$PWD\" ROLLOUT_GRADE_MIRROR={shlex.quote(scratch + '/mirror')}",
+    return "\n".join([f"export ROLLOUT_GRADE_REPO=\"$(pwd -P)\" ROLLOUT_GRADE_MIRROR={shlex.quote(scratch + '/mirror')}",
                       f"export ROLLOUT_GRADE_TAG={shlex.quote(tag)}",
                       f"export ROLLOUT_GRADE_LAUNCHER={shlex.quote(scratch + '/launch.py')}", FUNCTIONS])

@@ -176,6 +176,15 @@ def symlink_over_test_dir(row, tmp_path):
             "+numerals\n\\ No newline at end of file\n")
 
 
+def interpreter_on_path(row, tmp_path):
+    """An executable python3 in a directory of the repository the row's command puts first on PATH: it forges the
+    results without running any test."""
+    script = "#!/bin/sh\nexec /usr/bin/env -u PATH /usr/bin/python3 - <<'EOF'\n" + forger(row) + "EOF\n"
+    lines = script.splitlines()
+    return (f"diff --git a/bin/python3 b/bin/python3\nnew file mode 100755\n--- /dev/null\n+++ b/bin/python3\n"
+            f"@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines))
+
+
 def startup_file(row, tmp_path):
     """sitecustomize.py on the row's PYTHONPATH (src/): the interpreter would import it before pytest, and it forges
     the results when the interpreter exits."""
@@ -196,7 +205,11 @@ CASES = {
     "symlink to a test file": (ROMAN, symlink_over_tests, "symbolic link to a protected file", False),
     "test directory made a symlink": (ROMAN, symlink_over_test_dir, "symbolic link to a protected file", False),
     "start-up file on PYTHONPATH": (INTERVALS, startup_file, "", False),
+    "interpreter on a PATH the row adds": (ROMAN, interpreter_on_path, "", False),
 }
+ROWS = {"interpreter on a PATH the row adds": {"test_cmd": 'PATH="$PWD/bin:$PATH" python3 -m pytest -rA '
+                                                           "tests/test_roman.py"}}
+"""Row fields a case changes."""
 
 
 @pytest.fixture(params=["local", "docker"])
@@ -211,7 +224,7 @@ def kind(request) -> str:
 @pytest.mark.parametrize("case", list(CASES))
 def test_runner_attack_is_graded_unresolved(rows, src_rows, kind, case, strict, tmp_path, request):
     ident, make, says, may_run = CASES[case]
-    row = {**rows, **src_rows}[ident]
+    row = {**{**rows, **src_rows}[ident], **ROWS.get(case, {})}
     images = None
     if kind == "docker":
         images = {**request.getfixturevalue("images"), **request.getfixturevalue("src_images")}
