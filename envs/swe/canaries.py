@@ -11,6 +11,8 @@ instance's own statuses are read as before: canary ids are in no FAIL_TO_PASS / 
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import random
 import re
 import shlex
@@ -119,7 +121,7 @@ def _canaries(path: str, tests: Sequence[str], rng: random.Random) -> CanaryFile
         taken.add(name)
         names.append(name)
         canaries.append(Canary(f"{path}::{owner}::{name}" if owner else f"{path}::{name}", passes))
-        lines += _body(name, passes, rng, "    " if owner else "", "self" if owner else "")
+        lines += _body(name, passes, rng, "    " if owner else "", "self" if owner else "", vocabulary)
         lines.append("")
     return CanaryFile(path, names, "\n".join(lines) + "\n", canaries)
 
@@ -129,8 +131,10 @@ def _function_name(model: str, vocabulary: Sequence[str], rng: random.Random, ta
     instance's), two words between from the instance's names and the canary words."""
     words = model.split("_")
     head, tail = words[0] or "test", words[-1] if len(words) > 1 else words[0] or "test"
+    own = sorted(set(vocabulary))
     while True:
-        middle = [rng.choice(vocabulary), rng.choice(WORDS)]
+        # The instance's own words where it has enough of them (then no word marks a canary), else ours too.
+        middle = rng.sample(own, 2) if len(own) >= 4 else [rng.choice(vocabulary), rng.choice(WORDS)]
         rng.shuffle(middle)
         name = "_".join([head, *middle, tail])
         if name not in taken:
@@ -145,20 +149,21 @@ def _class_name(model: str, rng: random.Random) -> str:
     return words[0] + extra + ("".join(words[1:]) if len(words) > 1 else words[0])
 
 
-def _body(name: str, passes: bool, rng: random.Random, indent: str, self_arg: str) -> list[str]:
-    values = [rng.randint(2, 97) for _ in range(rng.randint(3, 6))]
-    kind = rng.choice(("sum", "max", "len", "sorted"))
-    if kind == "sum":
-        expr, right = "sum(values)", sum(values)
-    elif kind == "max":
-        expr, right = "max(values)", max(values)
-    elif kind == "len":
-        expr, right = "len(values)", len(values)
-    else:
-        expr, right = "sorted(values)[0]", sorted(values)[0]
+def _body(name: str, passes: bool, rng: random.Random, indent: str, self_arg: str,
+          vocabulary: Sequence[str] = WORDS) -> list[str]:
+    """A short test with a known outcome, in one of several shapes, its variable named from the instance's words."""
+    var = rng.choice([w for w in vocabulary if w.isidentifier() and w.islower() and not keyword.iskeyword(w)
+                      and not hasattr(builtins, w)] or list(WORDS))
+    items = [rng.randint(2, 97) for _ in range(rng.randint(3, 6))]
+    shapes = [(f"sum({var})", sum(items)), (f"max({var})", max(items)), (f"min({var})", min(items)),
+              (f"len({var})", len(items)), (f"sorted({var})[-1]", sorted(items)[-1]),
+              (f"{var}[0] + {var}[-1]", items[0] + items[-1]), (f"len(set({var}))", len(set(items)))]
+    expr, right = rng.choice(shapes)
     expected = right if passes else right + rng.choice((-3, -2, -1, 1, 2, 3))
-    return [f"{indent}def {name}({self_arg}):", f"{indent}    values = {values!r}",
-            f"{indent}    assert {expr} == {expected}"]
+    setup = (f"{var} = {items!r}" if rng.random() < 0.5
+             else f"{var} = [{', '.join(str(i) for i in items)}]")
+    check = (f"assert {expr} == {expected}" if rng.random() < 0.5 else f"assert {expected} == {expr}")
+    return [f"{indent}def {name}({self_arg}):", f"{indent}    {setup}", f"{indent}    {check}"]
 
 
 def step_script(files: Sequence[CanaryFile]) -> str:
