@@ -1,4 +1,5 @@
-"""Checks that can fail before any work starts: runtime permissions, model reachability, the fake server.
+"""Checks that can fail before any work starts: runtime permissions, the cluster to join, model reachability, the
+fake server.
 
 Each raises ``ConfigError`` naming the field, so a run that could only fail every rollout exits 2 before its
 run directory is written, instead of recording a run of infrastructure failures.
@@ -26,6 +27,7 @@ def check(config: RunConfig, composer: Composer, tasks: list[Task]) -> None:
     section as written, before ``--local`` may hand a scripted app's policy to the in-process server)."""
     check_fake_server(config)
     check_runtime_permissions(composer, tasks)
+    check_cluster(config)
     check_model_reachable(config, composer)
 
 
@@ -75,6 +77,20 @@ def check_runtime_permissions(composer: Composer, tasks: list[Task]) -> None:
             "and the model is not scripted; set it to true to allow that, or use a container runtime",
             f"{prefix}runtime.allow_host_exec",
         )
+
+
+def check_cluster(config: RunConfig) -> None:
+    """The cluster a run joins (``farm.address`` / ``--address``, else ``$RAY_ADDRESS``) answers and takes this
+    process's authentication token (``cluster.workers.join_check``). A run that starts its own has nothing to check."""
+    if config.farm.backend != "ray" or not (config.farm.address or os.environ.get("RAY_ADDRESS")):
+        return
+    import ray
+
+    from cluster.workers.join_check import check_join
+    from cluster.workers.ray_session import join_address
+
+    if not ray.is_initialized():  # a process already on a cluster runs there (``connect``)
+        check_join(*join_address(config.farm.address))
 
 
 def check_model_reachable(config: RunConfig, composer: Composer) -> None:

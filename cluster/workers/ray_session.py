@@ -1,4 +1,10 @@
-"""Joining a Ray cluster: the one ``address`` names (or ``$RAY_ADDRESS``), else an embedded local one."""
+"""Which Ray cluster a process runs on: the one an address names, joined, else a new embedded one of its own.
+
+Joining is only ever explicit: ``farm.address`` / ``--address``, else ``$RAY_ADDRESS`` (what ``ray job submit`` sets
+for its driver, KubeRay for its pods, or the user). Ray's own fallbacks for ``ray.init()`` with no address — the
+address file the last ``ray start`` on the machine wrote, which outlives a killed cluster — are never used: an
+embedded cluster is always a new one (``address="local"``), whatever else runs on the machine, and stops with the run.
+"""
 
 from __future__ import annotations
 
@@ -20,10 +26,14 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
     ``RAY_ADDRESS`` and runtime environment (its working dir) are inherited, so nothing needs installing."""
     if ray.is_initialized():
         return "ray: already connected"
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    if address:
+    joining = join_address(address)
+    if joining is not None:
+        from cluster.workers.join_check import check_join
+
+        address, field = joining
+        check_join(address, field)  # one line naming the fix, not Ray's minutes of retries or its traceback
         context = ray.init(address=address, log_to_driver=True)
-        where = f"ray: joined the cluster at {address}"
+        where = f"ray: joined the cluster at {address}" + (" ($RAY_ADDRESS)" if field == "RAY_ADDRESS" else "")
     else:
         # Workers import the project from its source tree, installed or not. The embedded cluster's processes
         # inherit this process's environment, so PYTHONPATH goes there while they start: a job runtime_env would
@@ -31,7 +41,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
         # controller and proxy among them) waits for a process of its own.
         pythonpath = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         with _environ(PYTHONPATH=pythonpath):
-            context = ray.init(num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True)
+            context = ray.init(address="local", num_cpus=num_cpus, include_dashboard=dashboard, log_to_driver=True)
         where = "ray: started an embedded local cluster (set farm.address, --address or RAY_ADDRESS to join one)"
     resources = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
@@ -42,6 +52,16 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
 
         print_once(getattr(context, "dashboard_url", None), out)
     return where
+
+
+def join_address(address: str | None) -> tuple[str, str] | None:
+    """``(address, the field that gave it)`` of the cluster to join: ``address`` (``farm.address``), else
+    ``$RAY_ADDRESS``; None: start an embedded cluster."""
+    if address:
+        return address, "farm.address"
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    return None
 
 
 def stop_embedded() -> None:
