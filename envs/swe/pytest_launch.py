@@ -5,9 +5,10 @@ A patch may add or change any file of the repository, and ``python -m pytest`` f
 first on ``sys.path``. So when the test command runs pytest (``pytest``, ``py.test``, ``python[3] -m pytest``, with
 interpreter options), it runs through ``LAUNCHER`` instead, which:
 
-- starts the interpreter with ``-S`` and the row's ``PYTHONPATH`` held back, then adds the site directories itself,
-  running ``sitecustomize`` / ``usercustomize`` only from outside the repository (no start-up file a patch wrote
-  runs, whatever path the row adds);
+- starts the interpreter with the row's ``PYTHONPATH`` held back and only a directory of ours on it, whose
+  ``sitecustomize`` / ``usercustomize`` run the image's own from outside the repository (no start-up file a patch
+  wrote runs, whatever path the row adds or an editable install's ``.pth`` puts on ``sys.path``; and no ``-S``,
+  which multiprocessing would pass on to its children);
 - imports pytest, its own plugins, pluggy and the modules pytest loads lazily with no directory of the repository
   on ``sys.path`` (a module the patch adds cannot stand in for them), then puts ``sys.path`` back as the command
   would have had it (the working directory first for ``-m``, the row's ``PYTHONPATH``), so the code under test
@@ -57,7 +58,7 @@ FUNCTIONS = """\
 __rollout_launch() {
   local py=$1 form=$2; shift 2
   ROLLOUT_GRADE_PYTHONPATH=${PYTHONPATH-} ROLLOUT_GRADE_HAS_PATH=${PYTHONPATH+1} ROLLOUT_GRADE_FORM=$form \\
-    env -u PYTHONPATH "$py" "$@"
+    PYTHONPATH=$ROLLOUT_GRADE_BOOT "$py" "$@"
 }
 __rollout_which() {
   local d real IFS=:
@@ -82,7 +83,7 @@ __rollout_python() {
       -m) if [ "${2-}" = pytest ] || [ "${2-}" = py.test ]; then
             py=$(__rollout_which "$name") || break
             shift 2; [ -z "$__x" ] || set -x
-            __rollout_launch "$py" m ${opts[@]+"${opts[@]}"} -S "$ROLLOUT_GRADE_LAUNCHER" "$@"; return
+            __rollout_launch "$py" m ${opts[@]+"${opts[@]}"} "$ROLLOUT_GRADE_LAUNCHER" "$@"; return
           fi; break ;;
       -X|-W) [ $# -ge 2 ] || break; opts+=("$1" "$2"); shift 2 ;;
       -c|-|--*) break ;;
@@ -106,7 +107,7 @@ __rollout_script() {
     [ -z "$py" ] || __rollout_outside "$py" || py=
   fi
   [ -z "$__x" ] || set -x
-  if [ -n "$py" ]; then __rollout_launch "$py" script -S "$ROLLOUT_GRADE_LAUNCHER" "$@"; else command "$name" "$@"; fi
+  if [ -n "$py" ]; then __rollout_launch "$py" script "$ROLLOUT_GRADE_LAUNCHER" "$@"; else command "$name" "$@"; fi
 }
 python() { __rollout_python python "$@"; }
 python3() { __rollout_python python3 "$@"; }
@@ -117,7 +118,7 @@ export -f __rollout_which __rollout_outside __rollout_launch __rollout_python __
 
 LAUNCHER = r'''
 """rollout-farm's grading launcher: pytest as the image has it, configured as the repository was before the
-patch. Started as `python -S THIS_FILE ARGS...`."""
+patch. Started as `PYTHONPATH=BOOT python THIS_FILE ARGS...`."""
 import os
 import sys
 
@@ -125,26 +126,19 @@ import sys
 def _main():
     env = os.environ
     here = os.path.dirname(os.path.realpath(__file__))
-    if sys.path and os.path.realpath(sys.path[0] or ".") == here:
-        del sys.path[0]
+    boot = os.path.realpath(env.get("ROLLOUT_GRADE_BOOT") or here)
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") not in (here, boot)]
     repo = os.path.realpath(env.get("ROLLOUT_GRADE_REPO") or os.getcwd())
     mirror = env.get("ROLLOUT_GRADE_MIRROR") or ""
     tag = env.get("ROLLOUT_GRADE_TAG") or "x"
     form = env.pop("ROLLOUT_GRADE_FORM", "m")
     row_path = env.pop("ROLLOUT_GRADE_PYTHONPATH", "")
     had_path = env.pop("ROLLOUT_GRADE_HAS_PATH", "")
+    env.pop("PYTHONPATH", None)
 
     def inside(path):
         path = os.path.realpath(path or ".")
         return path == repo or path.startswith(repo.rstrip(os.sep) + os.sep)
-
-    import site
-
-    for name in ("execsitecustomize", "execusercustomize"):
-        original = getattr(site, name, None)
-        if original is not None:
-            setattr(site, name, _outside(original, name[4:], inside))
-    site.main()
 
     cwd = os.getcwd()
     row = [os.path.abspath(p) if p else cwd for p in row_path.split(os.pathsep)] if row_path else []
@@ -173,19 +167,6 @@ def _main():
             except OSError:
                 pass
     sys.exit(code)
-
-
-def _outside(original, module, inside):
-    def run():
-        try:
-            import importlib.util
-            spec = importlib.util.find_spec(module)
-        except Exception:
-            spec = None
-        if spec is not None and spec.origin and inside(spec.origin):
-            return  # a start-up file the repository holds does not run
-        original()
-    return run
 
 
 def _preload():
@@ -373,6 +354,40 @@ _main()
 '''
 
 
+BOOT = r'''
+"""rollout-farm's grading start-up: the image's own MODULE, from outside the repository, or none."""
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+
+def _run(name):
+    repo = os.path.realpath(os.environ.get("ROLLOUT_GRADE_REPO") or os.getcwd())
+    here = os.path.dirname(os.path.realpath(__file__))
+
+    def ours_or_repo(path):
+        path = os.path.realpath(path or ".")
+        return path == here or path == repo or path.startswith(repo.rstrip(os.sep) + os.sep)
+
+    spec = importlib.machinery.PathFinder.find_spec(name, [p for p in sys.path if not ours_or_repo(p)])
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+_run("MODULE")
+'''
+"""``sitecustomize`` / ``usercustomize`` of the launcher's start-up directory (MODULE replaced)."""
+
+
+def boot_files() -> dict[str, str]:
+    """The start-up directory's files, by name."""
+    return {f"{m}.py": BOOT.replace("MODULE", m) for m in ("sitecustomize", "usercustomize")}
+
+
 def snapshot_function() -> str:
     """The shell function ``snapshot`` (run in the repository before the patch; needs ``$S``)."""
     names = " -o ".join(f"-name {shlex.quote(n)}" for n in CONFIG_NAMES)
@@ -383,4 +398,5 @@ def exports(scratch: str, tag: str) -> str:
     """eval.sh's first lines (run in the repository): the launcher's inputs and the functions that catch pytest."""
     return "\n".join([f"export ROLLOUT_GRADE_REPO=\"$(pwd -P)\" ROLLOUT_GRADE_MIRROR={shlex.quote(scratch + '/mirror')}",
                       f"export ROLLOUT_GRADE_TAG={shlex.quote(tag)}",
-                      f"export ROLLOUT_GRADE_LAUNCHER={shlex.quote(scratch + '/launch.py')}", FUNCTIONS])
+                      f"export ROLLOUT_GRADE_LAUNCHER={shlex.quote(scratch + '/launch.py')}",
+                      f"export ROLLOUT_GRADE_BOOT={shlex.quote(scratch + '/boot')}", FUNCTIONS])

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from envs.swe.canaries import CanaryFile, step_script
-from envs.swe.pytest_launch import LAUNCHER, exports, snapshot_function
+from envs.swe.pytest_launch import LAUNCHER, boot_files, exports, snapshot_function
 from envs.swe.pytest_log import END_MARKER, START_MARKER
 from envs.swe.swe_patch import diff_paths, reset_script, restore_script, save_script
 from envs.swe.swe_protect import section_script
@@ -158,7 +158,8 @@ class EvalScript:
         model_patch = with_newline(self.model_patch)  # a last line without its newline is corrupt to git apply
         touched, backup = diff_paths(model_patch), f"{self.scratch}/saved"
         files = {"model.patch": model_patch, "save.sh": save_script(touched, backup),
-                 "restore.sh": restore_script(touched, backup), "eval.sh": self._eval_body(), "launch.py": LAUNCHER}
+                 "restore.sh": restore_script(touched, backup), "eval.sh": self._eval_body(), "launch.py": LAUNCHER,
+                 **{f"boot/{name}": text for name, text in boot_files().items()}}
         if self.test_patch.strip():
             files["test.patch"] = with_newline(self.test_patch)
         if self.resets():
@@ -171,7 +172,7 @@ class EvalScript:
                  # The canaries' names and the test patch (which tells them from the instance's tests) are gone
                  # before the tests start: only this script, in the shell's memory, held them.
                  "canaries() {", step_script(self.canaries), 'rm -f -- "$S/test.patch"', "}",
-                 "unpack() {", 'mkdir -p -- "$S" || return 1']
+                 "unpack() {", 'mkdir -p -- "$S/boot" || return 1']
         for name, content in files.items():
             lines.append(f'printf -- {_printf_format(content)} > "$S/{name}" || return 1')
         lines += ["}", "step unpack unpack", '[ "$r" = 0 ] || exit 0']

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,6 @@ def src_rows(tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("hostile-src")
     [row] = [json.loads(line) for line in build(out, ["intervals"]).read_text().splitlines()]
     base = out / "base"
-    import subprocess
-
     subprocess.run(["git", "clone", "-q", str(out / row["repo_path"]), str(base)], check=True)
     subprocess.run(["git", "-C", str(base), "checkout", "-q", row["base_commit"]], check=True)
     return {row["instance_id"]: {**row, "repo_path": str(out / row["repo_path"]), "checkout": str(base),
@@ -247,3 +246,30 @@ def test_runner_attack_is_graded_unresolved(rows, src_rows, kind, case, strict, 
         assert RAN not in details["test_output"], details["test_output"][-3000:]
     if says == "tampering detected":
         assert details["tampering"] and details["canaries"] >= 2, details
+
+
+RESTARTS = '''
+import subprocess as _subprocess
+import sys as _sys
+
+# Starts the interpreter again as multiprocessing's spawn and forkserver do: with this one's flags.
+_subprocess.run([_sys.executable, *_subprocess._args_from_interpreter_flags(), "-c", "import pytest"], check=True)
+'''
+
+
+@pytest.mark.docker
+def test_honest_code_that_restarts_the_interpreter_with_its_flags_resolves(rows, kind, tmp_path, request):
+    """The launcher changes no interpreter flag (no -S: a child started with the parent's flags has its
+    site-packages), and the code under test imports from the repository as under `python -m pytest`."""
+    row = rows[ROMAN]
+    images = request.getfixturevalue("images") if kind == "docker" else None
+    fixed = tmp_path / "fixed"
+    subprocess.run(["git", "clone", "-q", row["checkout"], str(fixed)], check=True)
+    subprocess.run(["git", "-C", str(fixed), "apply"], input=row["patch"].encode(), check=True)
+    patch = edit(row, tmp_path, {"numerals/roman.py": (fixed / "numerals/roman.py").read_text(),
+                                 "numerals/__init__.py": base_text(row, "numerals/__init__.py") + RESTARTS})
+    task = Task(task_id=ROMAN, prompt="", data={k: v for k, v in row.items() if k not in ("dataset", "checkout")})
+    result = RolloutResult(rollout_id="r", task_id=ROMAN, status="completed", exit_reason="submitted", submission=patch)
+    reward = asyncio.run(verifier(kind, row, images, tmp_path / "ws").verify(task, result))
+    assert reward.value == 1.0, (reward.details["unresolved_reason"], reward.details["test_output"][-3000:])
+    assert reward.details["canaries"] >= 2 and not reward.details["tampering"]
