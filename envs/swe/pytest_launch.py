@@ -14,7 +14,7 @@ interpreter options), it runs through ``LAUNCHER`` instead, which:
   would have had it (the working directory first for ``-m``, the row's ``PYTHONPATH``), so the code under test
   imports as it always did;
 - loads setuptools plugins (``pytest11`` entry points) only from package metadata that is outside the repository,
-  or inside it byte for byte as before the patch, and with the repository off ``sys.path`` while it does;
+  or inside it byte for byte as before the patch, and with the repository last on ``sys.path`` while it does;
 - gives pytest its configuration explicitly: the file pytest's own ``determine_setup`` finds for these arguments
   in a mirror of the repository's configuration files as they were before the patch, copied beside the original
   (relative paths in it mean what they meant) under a name no patch can know, with ``-c`` and ``--rootdir``; no
@@ -157,9 +157,9 @@ def _main():
         env["PYTHONPATH"] = row_path
     _pin_plugins(repo, mirror, inside)
     sys.argv[:] = [getattr(pytest, "__file__", "pytest")] + made + args
-    main = getattr(pytest, "console_main", None) or pytest.main
     try:
-        code = main()
+        code = pytest.main()
+        sys.stdout.flush()
     finally:
         for path in made[1:2]:
             try:
@@ -306,7 +306,7 @@ def _without_options(args, names):
 
 def _pin_plugins(repo, mirror, inside):
     """setuptools plugins only from metadata outside the repository or unchanged since before the patch; loaded
-    with the repository off sys.path."""
+    with the repository last on sys.path."""
     def allowed(dist):
         where = getattr(dist, "_path", None)
         if where is None or not inside(str(where)):
@@ -341,8 +341,10 @@ def _pin_plugins(repo, mirror, inside):
         return
 
     def load_outside(self, group, name=None):
+        # The repository last: a module the patch adds cannot stand in for a plugin the image has, and a plugin
+        # the repository itself registered (its own, from metadata unchanged since before the patch) still loads.
         saved = list(sys.path)
-        sys.path[:] = [p for p in saved if not inside(p)]
+        sys.path[:] = [p for p in saved if not inside(p)] + [p for p in saved if inside(p)]
         try:
             return load(self, group, name)
         finally:
