@@ -9,8 +9,7 @@ interpreter options), it runs through ``LAUNCHER`` instead, which:
   ``sitecustomize`` / ``usercustomize`` run the image's own from outside the repository (no start-up file a patch
   wrote runs, whatever path the row adds or an editable install's ``.pth`` puts on ``sys.path``; and no ``-S``,
   which multiprocessing would pass on to its children);
-- imports pytest, its own plugins, pluggy and the modules pytest loads lazily with no directory of the repository
-  on ``sys.path`` (a module the patch adds cannot stand in for them), then puts ``sys.path`` back as the command
+- imports pytest, its own plugins and pluggy with no directory of the repository on ``sys.path`` (a module the patch adds cannot stand in for them), then puts ``sys.path`` back as the command
   would have had it (the working directory first for ``-m``, the row's ``PYTHONPATH``), so the code under test
   imports as it always did;
 - loads setuptools plugins (``pytest11`` entry points) only from package metadata that is outside the repository,
@@ -61,11 +60,12 @@ __rollout_launch() {
     PYTHONPATH=$ROLLOUT_GRADE_BOOT "$py" "$@"
 }
 __rollout_which() {
-  local d real IFS=:
+  local d full IFS=:
   for d in $PATH; do
-    real=$(cd -- "${d:-.}" 2>/dev/null && pwd -P) || continue
-    case $real/ in "$ROLLOUT_GRADE_REPO"/*) continue ;; esac
-    [ -x "$real/$1" ] && [ ! -d "$real/$1" ] && { printf '%s\\n' "$real/$1"; return 0; }
+    case $d in /*) full=$d ;; *) full=$PWD/${d:-.} ;; esac
+    case /$full/ in */../*) continue ;; esac
+    case $full/ in "$ROLLOUT_GRADE_REPO"/*|"$ROLLOUT_GRADE_REPO_NAMED"/*) continue ;; esac
+    [ -x "$full/$1" ] && [ ! -d "$full/$1" ] && { printf '%s\\n' "$full/$1"; return 0; }
   done
   return 1
 }
@@ -160,6 +160,9 @@ def _main():
     try:
         code = pytest.main()
         sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (as pytest's own entry point does: no second error at exit)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
     finally:
         for path in made[1:2]:
             try:
@@ -170,13 +173,11 @@ def _main():
 
 
 def _preload():
-    """pytest's own plugins and what it imports lazily, from where the image has them."""
+    """pytest's own plugins and the packages it needs, from where the image has them (what its plugins import at
+    their top comes with them)."""
     import importlib
 
-    names = ["pluggy", "iniconfig", "py", "tomli", "exceptiongroup", "packaging.version", "pygments",
-             "pygments.lexers.python", "pygments.formatters.terminal", "doctest", "unittest", "pdb", "json",
-             "shlex", "tempfile", "faulthandler", "xml.etree.ElementTree", "_pytest.config",
-             "_pytest.config.findpaths"]
+    names = ["pluggy", "iniconfig", "py", "tomli", "exceptiongroup", "_pytest.config", "_pytest.config.findpaths"]
     try:
         import _pytest.config as config
         plugins = list(getattr(config, "essential_plugins", ())) + list(getattr(config, "default_plugins", ()))
@@ -398,7 +399,8 @@ def snapshot_function() -> str:
 
 def exports(scratch: str, tag: str) -> str:
     """eval.sh's first lines (run in the repository): the launcher's inputs and the functions that catch pytest."""
-    return "\n".join([f"export ROLLOUT_GRADE_REPO=\"$(pwd -P)\" ROLLOUT_GRADE_MIRROR={shlex.quote(scratch + '/mirror')}",
+    return "\n".join(['export ROLLOUT_GRADE_REPO="$(pwd -P)" ROLLOUT_GRADE_REPO_NAMED="$PWD"',
+                      f"export ROLLOUT_GRADE_MIRROR={shlex.quote(scratch + '/mirror')}",
                       f"export ROLLOUT_GRADE_TAG={shlex.quote(tag)}",
                       f"export ROLLOUT_GRADE_LAUNCHER={shlex.quote(scratch + '/launch.py')}",
                       f"export ROLLOUT_GRADE_BOOT={shlex.quote(scratch + '/boot')}", FUNCTIONS])
