@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from envs.swe.canaries import CanaryFile, step_script
-from envs.swe.pytest_launch import LAUNCHER, boot_files, exports, snapshot_function
+from envs.swe.pytest_launch import boot_files, exports, launcher, snapshot_function
 from envs.swe.pytest_log import END_MARKER, START_MARKER
 from envs.swe.swe_patch import diff_paths, reset_script, restore_script, save_script
 from envs.swe.swe_protect import section_script
@@ -57,26 +57,6 @@ printf '%s begin log %s\\n' "$P" "${EPOCHREALTIME:-$SECONDS}"
 cat -- "$S/log"
 printf '\\n%s end log %s %s\\n' "$P" "$?" "${EPOCHREALTIME:-$SECONDS}"
 exit 0"""
-
-
-@dataclass
-class Step:
-    """What one marked step printed, its exit code (None: the output ended inside it), and the script's
-    clock (seconds) when it began and ended."""
-
-    output: str
-    returncode: int | None
-    began: float
-    ended: float | None = None
-
-    @property
-    def seconds(self) -> float:
-        return 0.0 if self.ended is None else max(0.0, self.ended - self.began)
-
-    def stopped(self, limit: float) -> bool:
-        """``timeout`` ended it: its exit code, after ``limit`` seconds (less one: a shell without
-        EPOCHREALTIME counts whole seconds)."""
-        return self.returncode in (124, 137) and self.seconds >= limit - 1
 
 
 @dataclass
@@ -158,7 +138,7 @@ class EvalScript:
         model_patch = with_newline(self.model_patch)  # a last line without its newline is corrupt to git apply
         touched, backup = diff_paths(model_patch), f"{self.scratch}/saved"
         files = {"model.patch": model_patch, "save.sh": save_script(touched, backup),
-                 "restore.sh": restore_script(touched, backup), "eval.sh": self._eval_body(), "launch.py": LAUNCHER,
+                 "restore.sh": restore_script(touched, backup), "eval.sh": self._eval_body(), "launch.py": launcher(),
                  **{f"boot/{name}": text for name, text in boot_files().items()}}
         if self.test_patch.strip():
             files["test.patch"] = with_newline(self.test_patch)
@@ -197,28 +177,6 @@ class EvalScript:
                      .replace("KEY", '<<<"$P" ' if self.eval_script else ""))
         return "\n".join([*lines, _LAST_LINE]) + "\n"
 
-    def steps(self, output: str) -> dict[str, Step]:
-        """The steps found in the script's ``output``, by name, in order; one the output ends inside has
-        ``returncode`` None and what it printed so far."""
-        found: dict[str, Step] = {}
-        opening, pos = f"{self.prefix} begin ", 0
-        while (at := output.find(opening, pos)) >= 0:
-            line_end = output.find("\n", at)
-            if line_end < 0:
-                break
-            name, _, began = output[at + len(opening):line_end].partition(" ")
-            closing = f"\n{self.prefix} end {name} "
-            end = output.find(closing, line_end + 1)
-            tail_end = output.find("\n", end + len(closing)) if end >= 0 else -1
-            if tail_end < 0:
-                found[name] = Step(output[line_end + 1:], None, _clock(began))
-                break
-            code, _, ended = output[end + len(closing):tail_end].partition(" ")
-            found[name] = Step(output[line_end + 1:end], int(code) if code.lstrip("-").isdigit() else None,
-                               _clock(began), _clock(ended))
-            pos = tail_end + 1
-        return found
-
     def _ladder(self) -> list[str]:
         lines: list[str] = []
         for number, command in enumerate(self.ladder, 1):
@@ -254,10 +212,3 @@ def _printf_format(content: str) -> str:
 
 def with_newline(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
-
-
-def _clock(text: str) -> float:
-    try:
-        return float(text.strip().replace(",", "."))  # some locales print EPOCHREALTIME with a comma
-    except ValueError:
-        return 0.0

@@ -12,9 +12,9 @@ from envs.swe import canaries as canary_tests
 from envs.swe.pytest_log import FAILING, eval_section
 from envs.swe.pytest_report import demote, read_junit, unconfirmed, wants_report
 from envs.swe.swe_eval_script import EvalScript, with_newline
-from envs.swe.swe_script_run import ScriptRun, printed_step, remove_scratch, run_script
+from envs.swe.swe_script_run import ScriptRun, applied, near, printed_step, remove_scratch, run_script, tests_prepared
 from envs.swe.swe_patch import diff_paths, refusal
-from envs.swe.swe_protect import restored_sections, test_file_paths, test_like, to_reset, with_sections
+from envs.swe.swe_protect import test_file_paths, test_like, to_reset, with_sections
 from envs.swe.swe_reports import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
 from envs.swe.swe_rows import APPLY_LADDER, SWEBENCH5, EvalPlan, tests_of
 from envs.swe.swe_specs import eval_plan
@@ -100,14 +100,14 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         mark("start")
         run = ScriptRun(script, await run_script(runtime, script, repo_dir, mark), ident)
         result.durations.update({k: round(v, 3) for k, v in run.phases(mark("exec", keep=False)).items()})
-        result.apply_method, result.apply_output, why_not = _applied(run)
+        result.apply_method, result.apply_output, why_not = applied(run)
         if result.apply_method is None:
             result.unresolved_reason = why_not
             say(f"{ident}: {why_not}, unresolved")
             return result
         result.patch_successfully_applied = True
         say(f"{ident}: patch applied with `{result.apply_method}`")
-        restored = _check_tests_prepared(run, bool(reset or sections) or _near(touched, [*protected, *reset]))
+        restored = tests_prepared(run, bool(reset or sections) or near(touched, [*protected, *reset]))
         if isinstance(restored, str):
             result.unresolved_reason = restored
             return result
@@ -205,59 +205,6 @@ def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float, wh
 def _few(items: list[str], shown: int = 5) -> str:
     more = f" and {len(items) - shown} more" if len(items) > shown else ""
     return ", ".join(items[:shown]) + more
-
-
-def _applied(run: ScriptRun) -> tuple[str | None, str, str]:
-    """(the ladder command that applied the patch, or None; what the attempts printed; why not). Output past
-    the runtime's cap before the tests ran is the patch's doing (each step prints a bounded tail, so only the
-    patch can make it that long): it did not apply."""
-    run.require("unpack")
-    for number in range(1, len(run.script.checkout) + 1):
-        run.require(f"checkout{number}")
-    run.require("snapshot")
-    outputs = []
-    for number, command in enumerate(run.script.ladder, 1):
-        try:
-            if number > 1:
-                run.require("save" if number == 2 else "restore")
-            attempt = run.require(f"apply{number}", failing_ok=True)
-        except VerifierError:
-            if not run.ran.truncated:
-                raise
-            return None, "\n".join(outputs), "the patch does not apply (its output passed the runtime's output cap)"
-        outputs.append(f"$ {command}\n{attempt.output}")
-        if attempt.returncode == 0:
-            return command, "\n".join(outputs), ""
-    return None, "\n".join(outputs), "the patch does not apply"
-
-
-def _near(touched: list[str], paths: list[str]) -> bool:
-    """Whether the patch touched one of ``paths``, a directory above one, or a path below one: then a failure to
-    put them back is the patch's doing."""
-    return any(t == p or p.startswith(t + "/") or t.startswith(p + "/") for t in touched for p in paths)
-
-
-def _check_tests_prepared(run: ScriptRun, patch_touched: bool) -> list[str] | str:
-    """Test files as at ``base`` (whatever the model did to them), then the test patch on top: the
-    configuration files whose pytest section was put back, or why the patch is unresolved when the files it
-    touched cannot be put back."""
-    script, restored = run.script, []
-    if script.resets():
-        reset = run.require("reset", failing_ok=True)
-        if reset.returncode != 0 and patch_touched:
-            return f"the test files the patch touched cannot be restored:\n{reset.output[-2000:]}"
-        if reset.returncode != 0:
-            raise VerifierError(f"instance {run.ident}: resetting the test files to {script.base} failed:\n"
-                                f"{reset.output[-2000:]}")
-        restored = restored_sections(reset.output)
-    if script.test_patch.strip():
-        applied = run.require("test_patch", failing_ok=True)
-        if applied.returncode != 0 and patch_touched:
-            return f"the test patch does not apply over what the patch left:\n{applied.output[-2000:]}"
-        if applied.returncode != 0:
-            raise VerifierError(f"instance {run.ident}: the test patch does not apply:\n{applied.output[-2000:]}",
-                                retryable=False)
-    return restored
 
 
 def _clock(result: Grade, began: float) -> Callable[..., float]:

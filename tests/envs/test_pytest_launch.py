@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from envs.swe.pytest_launch import LAUNCHER, boot_files, exports, snapshot_function
+from envs.swe.pytest_launch import boot_files, exports, launcher, snapshot_function
 
 PLUGIN = 'print("PLUGIN {name} LOADED")\n'
 
@@ -25,7 +25,7 @@ def graded_pytest(tmp_path: Path, base: dict[str, str], patch: dict[str, str], c
     ``patch`` files written, then the command with the launcher's functions in place."""
     repo, scratch = tmp_path / "repo", tmp_path / "scratch"
     write(repo, base)
-    write(scratch, {"launch.py": LAUNCHER, **{f"boot/{n}": t for n, t in boot_files().items()}})
+    write(scratch, {"launch.py": launcher(), **{f"boot/{n}": t for n, t in boot_files().items()}})
     script = "\n".join([f"S={scratch}", snapshot_function(), "snapshot || exit 9", "echo snapshot-taken",
                         "read -r _", exports(str(scratch), "t1"), command])
     proc = subprocess.Popen(["bash", "-c", script], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -69,3 +69,14 @@ def test_the_script_form_and_a_changed_plugin_registration(tmp_path):
     out = graded_pytest(tmp_path, BASE, patch, "pytest -rA tests/test_lib.py")
     assert "EVIL" not in out and "PLUGIN OWN" not in out, out
     assert "PASSED tests/test_lib.py::test_value" in out, out
+
+
+def test_the_launcher_runs_on_the_pythons_benchmark_images_have():
+    """It runs under the image's interpreter, which for older repositories is as old as Python 3.6."""
+    import ast
+
+    from envs.swe.pytest_launch import launcher
+
+    ast.parse(launcher(), feature_version=(3, 6))
+    assert "import " not in "".join(line for line in launcher().splitlines() if line.startswith(("from envs",
+                                                                                                 "import envs")))
