@@ -1,9 +1,10 @@
 """Canaries: tests of the grader's own, with outcomes it knows, added to the test files a grading run collects.
 
 Code under test runs inside pytest's process and could rewrite outcomes in memory (a patched report object, a
-hook on the live plugin manager). Each grading adds, to one or two of the instance's collected test files, tests
-that must pass and tests that must fail, named like the instance's own tests from their words and a word of
-their own (new per grading, so no patch can know them), appended after the test patch. Whatever forces outcomes
+hook on the live plugin manager). Each grading adds, to one or two of the instance's collected test files, a test
+that must pass and three that must fail (in the three ways a test fails: so forcing only one kind of failure is
+caught too), named like the instance's own tests from their words (new per grading, so no patch can know them),
+appended after the test patch. Whatever forces outcomes
 forces theirs too: a must-fail canary reported passing, a must-pass canary failing, or canaries missing from a
 file whose other tests reported (the process ended early, or its output was replaced) is tampering. The
 instance's own statuses are read as before: canary ids are in no FAIL_TO_PASS / PASS_TO_PASS list.
@@ -102,26 +103,27 @@ def _collected(path: str, named: Sequence[str] | None) -> bool:
 
 
 def _canaries(path: str, tests: Sequence[str], rng: random.Random) -> CanaryFile:
-    """One must-pass and one must-fail canary (in random order), as a class of tests if the file's tests are in
-    classes."""
+    """One must-pass and three must-fail canaries (in random order), as a class of tests if the file's tests are in
+    classes. The must-fail ones fail in the three ways a test fails (an assertion, an expected exception not raised,
+    an exception raised), so forcing only one kind of failure to pass is caught too."""
     parts = [t.split("::")[1:] for t in tests]
     functions = [re.sub(r"\[.*", "", p[-1]) for p in parts]
     vocabulary = [w for f in functions for w in f.split("_")[1:-1] if w.isalpha()] or list(WORDS)
     taken = set(functions)
-    outcomes = [True, False]
-    rng.shuffle(outcomes)
+    plan_ = [(True, rng.choice(PASSING_KINDS)), *((False, k) for k in FAILING_KINDS)]
+    rng.shuffle(plan_)
     classes = [p[0] for p in parts if len(p) > 1]
     owner = _class_name(rng.choice(classes), rng) if classes else None
-    names, lines = ([owner] if owner else []), ["", ""]
+    names, lines = ([owner] if owner else []), ["", "", "import pytest", "", ""]
     canaries = []
     if owner:
         lines.append(f"class {owner}:")
-    for passes in outcomes:
+    for passes, kind in plan_:
         name = _function_name(rng.choice(functions), vocabulary, rng, taken)
         taken.add(name)
         names.append(name)
         canaries.append(Canary(f"{path}::{owner}::{name}" if owner else f"{path}::{name}", passes))
-        lines += _body(name, passes, rng, "    " if owner else "", "self" if owner else "", vocabulary)
+        lines += _body(name, kind, rng, "    " if owner else "", "self" if owner else "", vocabulary)
         lines.append("")
     return CanaryFile(path, names, "\n".join(lines) + "\n", canaries)
 
@@ -149,21 +151,34 @@ def _class_name(model: str, rng: random.Random) -> str:
     return words[0] + extra + ("".join(words[1:]) if len(words) > 1 else words[0])
 
 
-def _body(name: str, passes: bool, rng: random.Random, indent: str, self_arg: str,
+PASSING_KINDS = ("equal", "raises")
+FAILING_KINDS = ("unequal", "not-raised", "error")
+
+
+def _body(name: str, kind: str, rng: random.Random, indent: str, self_arg: str,
           vocabulary: Sequence[str] = WORDS) -> list[str]:
-    """A short test with a known outcome, in one of several shapes, its variable named from the instance's words."""
+    """A short test of ``kind`` (``PASSING_KINDS`` pass, ``FAILING_KINDS`` fail), in one of several shapes, its
+    variable named from the instance's words."""
     var = rng.choice([w for w in vocabulary if w.isidentifier() and w.islower() and not keyword.iskeyword(w)
                       and not hasattr(builtins, w)] or list(WORDS))
+    head = f"{indent}def {name}({self_arg}):"
+    if kind in ("raises", "not-raised", "error"):
+        text = repr(rng.choice(WORDS) if kind != "not-raised" else str(rng.randint(10, 999)))
+        call = rng.choice([f"int({var})", f"float({var}) * 2", f"[int({var})]"])
+        if kind == "error":
+            return [head, f"{indent}    {var} = {text}", f"{indent}    assert {call}"]
+        return [head, f"{indent}    {var} = {text}", f"{indent}    with pytest.raises(ValueError):",
+                f"{indent}        {call}"]
     items = [rng.randint(2, 97) for _ in range(rng.randint(3, 6))]
     shapes = [(f"sum({var})", sum(items)), (f"max({var})", max(items)), (f"min({var})", min(items)),
               (f"len({var})", len(items)), (f"sorted({var})[-1]", sorted(items)[-1]),
               (f"{var}[0] + {var}[-1]", items[0] + items[-1]), (f"len(set({var}))", len(set(items)))]
     expr, right = rng.choice(shapes)
-    expected = right if passes else right + rng.choice((-3, -2, -1, 1, 2, 3))
+    expected = right if kind == "equal" else right + rng.choice((-3, -2, -1, 1, 2, 3))
     setup = (f"{var} = {items!r}" if rng.random() < 0.5
              else f"{var} = [{', '.join(str(i) for i in items)}]")
     check = (f"assert {expr} == {expected}" if rng.random() < 0.5 else f"assert {expected} == {expr}")
-    return [f"{indent}def {name}({self_arg}):", f"{indent}    {setup}", f"{indent}    {check}"]
+    return [head, f"{indent}    {setup}", f"{indent}    {check}"]
 
 
 def step_script(files: Sequence[CanaryFile]) -> str:

@@ -25,7 +25,7 @@ def test_canaries_go_into_collected_files_shaped_like_their_tests():
     files = plan("python3 -m pytest -rA tests/test_roman.py", IDS, rng=random.Random(7))
     assert [f.path for f in files] == ["tests/test_roman.py"]  # test_other.py is not collected by the command
     [canaries] = [f.canaries for f in files]
-    assert sorted(c.passes for c in canaries) == [False, True]
+    assert sorted(c.passes for c in canaries) == [False, False, False, True]
     for canary in canaries:
         path, cls, name = canary.node_id.split("::")
         assert re.fullmatch(r"Test[A-Z][a-z]+Spelling", cls)  # as TestSpelling: its prefix and suffix kept
@@ -74,7 +74,7 @@ def test_gold_patches_are_never_flagged(mini_rows, tmp_path):
                 return PreparedRepoRuntime(inner, row["repo_path"], row["base_commit"], "testbed")
             graded = asyncio.run(grade(row, row["patch"], make, repo_dir="testbed", eval_timeout=120))
             graded_count += 1
-            assert graded.canaries == 2, (row["instance_id"], graded.test_output[-2000:])
+            assert graded.canaries == 4, (row["instance_id"], graded.test_output[-2000:])
             if not graded.resolved or graded.tampering:
                 flagged.append((row["instance_id"], attempt, graded.unresolved_reason))
             assert graded.test_returncode == 0, graded.test_output[-2000:]  # the canaries' own failures left out

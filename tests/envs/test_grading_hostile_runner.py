@@ -102,6 +102,21 @@ if "_pytest.config" in _sys.modules:
             break
 '''
 
+NOT_RAISED_ONLY = f'''
+import sys as _sys
+print({RAN!r})
+_reports = _sys.modules.get("_pytest.reports")
+if _reports is not None:
+    _made = _reports.TestReport.from_item_and_call
+
+    def _forced(cls, item, call):
+        report = _made.__func__(cls, item, call)
+        if report.failed and "DID NOT RAISE" in str(report.longrepr):  # only the failures the fix is about
+            report.outcome, report.longrepr = "passed", None
+        return report
+    _reports.TestReport.from_item_and_call = classmethod(_forced)
+'''
+
 LOUD_FORCE_PASS = f"print({RAN!r})\n" + FORCE_PASS
 
 
@@ -118,6 +133,11 @@ def shadow_runner_src(row, tmp_path):
 def rewrite_reports(row, tmp_path):
     """The package the tests import forces every report object to passed."""
     return edit(row, tmp_path, {"numerals/__init__.py": base_text(row, "numerals/__init__.py") + REWRITE_REPORTS})
+
+
+def not_raised_only(row, tmp_path):
+    """Only failures of one kind (an expected exception not raised: the bug's own) forced to passed."""
+    return edit(row, tmp_path, {"numerals/__init__.py": base_text(row, "numerals/__init__.py") + NOT_RAISED_ONLY})
 
 
 def live_hook(row, tmp_path):
@@ -196,6 +216,7 @@ CASES = {
     "runner shadowed (PYTHONPATH package)": (INTERVALS, shadow_runner_src, "", False),
     "reports rewritten in process": (ROMAN, rewrite_reports, "tampering detected", True),
     "hook on the live plugin manager": (ROMAN, live_hook, "tampering detected", True),
+    "one kind of failure forced": (ROMAN, not_raised_only, "tampering detected", True),
     "config lines pytest reads, bare CR": (ROMAN, bare_cr_config, "", False),
     "config file by a newer name": (ROMAN, new_config_name, "", False),
     "plugin from package metadata": (ROMAN, metadata_plugin, "", False),
