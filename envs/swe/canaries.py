@@ -49,6 +49,10 @@ class CanaryFile:
     """Function and class names the canaries define (the step skips the file if any is already there)."""
     text: str
     canaries: list[Canary] = field(default_factory=list)
+    unit_text: str = ""
+    """The text for a file whose tests are unittest TestCases (the canaries' class one too: pytest collects a
+    TestCase whatever its name, a plain class only by its ``python_classes`` patterns); "" when the canaries are
+    functions."""
 
 
 def plan(command: str, test_ids: Sequence[str], skip: Iterable[str] = (), rng: random.Random | None = None,
@@ -125,7 +129,10 @@ def _canaries(path: str, tests: Sequence[str], rng: random.Random) -> CanaryFile
         canaries.append(Canary(f"{path}::{owner}::{name}" if owner else f"{path}::{name}", passes))
         lines += _body(name, kind, rng, "    " if owner else "", "self" if owner else "", vocabulary)
         lines.append("")
-    return CanaryFile(path, names, "\n".join(lines) + "\n", canaries)
+    text = "\n".join(lines) + "\n"
+    unit = text.replace("import pytest\n", "import pytest\nimport unittest\n", 1).replace(
+        f"class {owner}:", f"class {owner}(unittest.TestCase):", 1) if owner else ""
+    return CanaryFile(path, names, text, canaries, unit)
 
 
 def _function_name(model: str, vocabulary: Sequence[str], rng: random.Random, taken: set[str]) -> str:
@@ -182,15 +189,17 @@ def _body(name: str, kind: str, rng: random.Random, indent: str, self_arg: str,
 
 
 def step_script(files: Sequence[CanaryFile]) -> str:
-    """Shell lines that append each file's canaries when the file is there and defines none of their names; prints
-    ``canary-placed <path>`` for each."""
+    """Shell lines that append each file's canaries when the file is there and defines none of their names (as a
+    TestCase when the file uses TestCase); prints ``canary-placed <path>`` for each."""
     lines = []
     for item in files:
         defined = r"^[[:space:]]*(def|class) (" + "|".join(re.escape(n) for n in item.names) + r")\b"
         lines += [f"p={shlex.quote(item.path)}",
                   f'if [ -f "$p" ] && [ ! -L "$p" ] && ! grep -qE {shlex.quote(defined)} -- "$p"; then',
-                  f"  printf '%s' {shlex.quote(item.text)} >> \"$p\" && echo \"{PLACED} $p\"",
-                  "fi"]
+                  f"  t={shlex.quote(item.text)}"]
+        if item.unit_text:
+            lines.append(f"  grep -q TestCase -- \"$p\" && t={shlex.quote(item.unit_text)}")
+        lines += ["  printf '%s' \"$t\" >> \"$p\" && echo \"" + PLACED + " $p\"", "fi"]
     return "\n".join(lines) if lines else "true"
 
 

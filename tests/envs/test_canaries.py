@@ -80,3 +80,35 @@ def test_gold_patches_are_never_flagged(mini_rows, tmp_path):
             assert graded.test_returncode == 0, graded.test_output[-2000:]  # the canaries' own failures left out
     assert graded_count == 5 * len(mini_rows) >= 60
     assert flagged == []
+
+
+@pytest.mark.parametrize("style", ["unittest", "plain class", "functions"])
+def test_canaries_run_and_report_as_planned_in_each_style_of_test_file(tmp_path, style):
+    """Placed by the step as grading places them, run by pytest: each canary reports its planned outcome, whether
+    the file's tests are unittest TestCases (collected whatever the class name, so the canaries' class is one too),
+    plain classes or functions."""
+    import subprocess
+    import sys
+
+    from envs.swe.canaries import placed, step_script
+    from envs.swe.pytest_log import parse_log_pytest
+
+    source = {"unittest": "import unittest\n\n\nclass FooTests(unittest.TestCase):\n    def test_a_b(self):\n"
+                          "        self.assertEqual(1, 1)\n",
+              "plain class": "class TestFoo:\n    def test_a_b(self):\n        assert 1\n",
+              "functions": "def test_a_b():\n    assert 1\n"}[style]
+    ident = {"unittest": "tests/test_x.py::FooTests::test_a_b", "plain class": "tests/test_x.py::TestFoo::test_a_b",
+             "functions": "tests/test_x.py::test_a_b"}[style]
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(source)
+    files = plan("pytest -rA tests/test_x.py", [ident], rng=random.Random(4))
+    step = subprocess.run(["bash", "-c", step_script(files)], cwd=tmp_path, capture_output=True, text=True)
+    canaries = placed(step.stdout, files)
+    assert len(canaries) == 4, step
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "tests/test_x.py"],
+                         cwd=tmp_path, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    statuses = parse_log_pytest(ran.stdout)
+    assert statuses[ident] == "PASSED", ran.stdout[-2000:]
+    assert evidence(canaries, statuses, None) == [], ran.stdout[-3000:]
+    assert sorted(statuses.get(c.node_id) == "PASSED" for c in canaries) == [False, False, False, True]
