@@ -129,8 +129,10 @@ class RolloutFarm(FarmControls):
     async def agenerate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
                         seed: int | None = None, on_result: Callable[[RolloutResult], Any] | None = None,
                         sampling: dict | None = None, max_staleness: float | None = None,
-                        on_stale: str = "mask") -> Batch:
-        """``generate`` for code already on the farm's loop (or wrap with ``stream`` from another loop)."""
+                        on_stale: str = "mask", group_policy: GroupPolicy | None = None) -> Batch:
+        """``generate`` for code already on the farm's loop (or wrap with ``stream`` from another loop).
+        ``group_policy``: this call's, over the farm's (which no call changes: calls may run side by side)."""
+        policy = group_policy or self.group_policy
         if on_stale not in ("mask", "rerun"):
             raise ValueError(f"on_stale: 'mask' or 'rerun', not {on_stale!r}")
         check_sampling(sampling)
@@ -142,8 +144,8 @@ class RolloutFarm(FarmControls):
         t0 = time.perf_counter()
         results, not_started = await self._members(tasks, list(range(n)), run_id, base_seed, deadline, on_result)
         by_key = {(r.task_id, r.sample_index): r for r in results}
-        if self.group_policy.on_failure == "retry":
-            for _ in range(self.group_policy.max_group_retries):
+        if policy.on_failure == "retry":
+            for _ in range(policy.max_group_retries):
                 failed = [r for r in by_key.values() if r.status != "completed"]
                 if not failed:
                     break
@@ -159,7 +161,7 @@ class RolloutFarm(FarmControls):
             r.metadata["stale"] = True
         order = {t.task_id: i for i, t in enumerate(tasks)}
         groups = apply_policy(group_results(sorted(by_key.values(), key=lambda r: (order[r.task_id], r.sample_index))),
-                              self.group_policy)
+                              policy)
         batch = Batch(groups=[g for g in groups if not g.dropped], dropped=[g for g in groups if g.dropped],
                       not_started=not_started, wall_seconds=time.perf_counter() - t0,
                       tokens=sum(r.usage.total_tokens for r in by_key.values()), stale=len(stale), rerun=reran)
@@ -206,12 +208,9 @@ class RolloutFarm(FarmControls):
 
         async def produce() -> None:
             try:
-                masked = self.group_policy.model_copy(update={"on_failure": "mask"})
-                policy, self.group_policy = self.group_policy, masked
-                try:
-                    await self.agenerate(tasks, n, deadline=deadline, seed=seed, on_result=push, **options)
-                finally:
-                    self.group_policy = policy
+                masked = self.group_policy.model_copy(update={"on_failure": "mask"})  # every member is yielded
+                await self.agenerate(tasks, n, deadline=deadline, seed=seed, on_result=push, group_policy=masked,
+                                     **options)
             finally:
                 push(done)
 

@@ -192,3 +192,24 @@ def test_slots_split_among_workers_by_default_only_past_a_thousand():
     assert Resources().workers({"CPU": 8}, 2_500) == [1250, 1250]
     assert Resources(workers_per_node=3).workers({"CPU": 1}, 10) == [4, 3, 3]
     assert Resources(workers_per_node=4).workers({"CPU": 4}, 2) == [1, 1], "never a worker without a slot"
+
+
+def test_a_stream_leaves_the_farms_group_policy_to_a_generate_beside_it():
+    """A stream yields every member (its own policy masks) while a generate on the same farm, at the same time,
+    still drops a failed group as the farm's policy says."""
+    import asyncio
+
+    broken = {"task_id": "no-check", "prompt": "Write your seed.", "data": {}}
+    cfg = config({"type": "local"}, run_id="trainer-stream-policy")  # a shell that really sleeps
+    with RolloutFarm.from_config(cfg, group_policy={"on_failure": "drop"}, backend="local") as farm:
+        async def both():
+            async def consume():
+                return [r.task_id async for r in farm.stream([tasks({0: 2.0})[0], broken], n=1)]
+            streaming = asyncio.create_task(consume())
+            await asyncio.sleep(0.5)  # the stream's slow member is running
+            batch = await asyncio.wrap_future(farm.submit([broken, tasks()[1]], n=1))
+            return await streaming, batch
+
+        streamed, batch = asyncio.run(both())
+    assert sorted(streamed) == ["no-check", "t0"]  # the stream's failed member is yielded too
+    assert [g.task_id for g in batch.dropped] == ["no-check"] and [g.task_id for g in batch.groups] == ["t1"]
