@@ -172,10 +172,9 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
 
 def proxy_url() -> str:
     """The root URL of Serve's HTTP proxy on this cluster (its host and port as Serve was started with)."""
-    import ray
-    from ray.serve.context import _get_global_client
+    from cluster.workers.ray_private import serve_http_config
 
-    options = ray.get(_get_global_client()._controller.get_http_config.remote())
+    options = serve_http_config()
     host = "127.0.0.1" if options.host in ("0.0.0.0", "::", "") else options.host
     return f"http://{host}:{options.port}"
 

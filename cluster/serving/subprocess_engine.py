@@ -56,10 +56,10 @@ class VllmProcessServer:
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
         self._wait_ready(ready_timeout)
-        from ray.experimental import internal_kv
+        from cluster.workers.ray_private import kv_put
 
         self.key = f"{ENGINE_KEY_PREFIX}{app}/{serve.get_replica_context().replica_id.unique_id}"
-        internal_kv._internal_kv_put(self.key, self.url.encode(), overwrite=True)
+        kv_put(self.key, self.url.encode())
         self.http: Any = None
 
     def _wait_ready(self, timeout: float) -> None:
@@ -110,9 +110,9 @@ class VllmProcessServer:
         key = getattr(self, "key", None)
         if key:
             try:
-                from ray.experimental import internal_kv
+                from cluster.workers.ray_private import kv_del
 
-                internal_kv._internal_kv_del(key)
+                kv_del(key)
             except Exception:  # noqa: BLE001 - the cluster may be going away
                 pass
 
@@ -132,7 +132,7 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
 
 def engine_urls(app: str) -> list[str]:
     """The engine URLs the replicas of application ``app`` recorded (on the connected cluster)."""
-    from ray.experimental import internal_kv
+    from cluster.workers.ray_private import kv_get, kv_keys
 
-    keys = internal_kv._internal_kv_list(f"{ENGINE_KEY_PREFIX}{app}/")
-    return sorted(internal_kv._internal_kv_get(k).decode() for k in keys if internal_kv._internal_kv_get(k))
+    values = [kv_get(k) for k in kv_keys(f"{ENGINE_KEY_PREFIX}{app}/")]
+    return sorted(v.decode() for v in values if v)

@@ -15,17 +15,17 @@ def _key(app: str, task_id: str) -> bytes:
 
 def post_tasks(app: str, tasks: Iterable[Any]) -> None:
     """Publish tasks (``rollout.records.Task``) for the replicas of ``app`` (a task id posted again replaces it)."""
-    from ray.experimental import internal_kv
+    from cluster.workers.ray_private import kv_put
 
     for task in tasks:
-        internal_kv._internal_kv_put(_key(app, task.task_id), task.model_dump_json().encode(), overwrite=True)
+        kv_put(_key(app, task.task_id), task.model_dump_json().encode())
 
 
 def clear_tasks(app: str) -> None:
-    from ray.experimental import internal_kv
+    from cluster.workers.ray_private import kv_del, kv_keys
 
-    for key in internal_kv._internal_kv_list(f"{PREFIX}{app}/"):
-        internal_kv._internal_kv_del(key)
+    for key in kv_keys(f"{PREFIX}{app}/"):
+        kv_del(key)
 
 
 class BoardTasks(dict):
@@ -41,9 +41,8 @@ class BoardTasks(dict):
             return self[task_id]
         if not task_id:
             return default
-        from ray.experimental import internal_kv
-
+        from cluster.workers.ray_private import kv_get
         from rollout.records import Task
 
-        raw = internal_kv._internal_kv_get(_key(self.app, str(task_id)))
+        raw = kv_get(_key(self.app, str(task_id)))
         return Task.model_validate_json(raw) if raw else default

@@ -19,12 +19,9 @@ def token_source() -> str | None:
     if mode == "disabled":
         return None
     if mode != "token":
-        try:
-            from ray._raylet import AuthenticationMode, get_authentication_mode
+        from cluster.workers.ray_private import token_auth_on
 
-            if get_authentication_mode() != AuthenticationMode.TOKEN:
-                return None
-        except (ImportError, AttributeError):
+        if not token_auth_on():
             return None
     if os.environ.get("RAY_AUTH_TOKEN"):
         return "the RAY_AUTH_TOKEN environment variable of this process"

@@ -39,13 +39,16 @@ def check_join(address: str, field: str = "farm.address") -> None:
 
 def _check_gcs(address: str, field: str) -> None:
     """Ask the GCS at ``address`` (host:port or ``auto``) for its cluster id, as ``ray.init`` is about to."""
+    from cluster.workers.ray_private import gcs_probe_parts
+
+    parts = gcs_probe_parts()
     try:
         import grpc
-        from ray._private import services
-        from ray._private.grpc_utils import init_grpc_channel
-        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
-    except ImportError:  # another Ray's internals: ray.init says what is wrong, as it would have
+    except ImportError:
+        parts = None
+    if parts is None:  # another Ray's internals: ray.init says what is wrong, as it would have
         return
+    services, init_grpc_channel, gcs_service_pb2, gcs_service_pb2_grpc = parts
     if address == "auto":
         _token_as_auto_would()
     try:
@@ -109,15 +112,12 @@ def _origin(address: str, target: str, field: str) -> str:
         return ""
     if os.environ.get("RAY_ADDRESS"):
         return " (`auto` took it from $RAY_ADDRESS)"
-    from ray._common.utils import get_ray_address_file
-    from ray._private import services
-    from ray._private.utils import read_ray_address
+    from cluster.workers.ray_private import address_file_for
 
-    written = read_ray_address()  # by the last `ray start` on this machine, and never removed if it was killed
-    with contextlib.suppress(ValueError):
-        if written and services.canonicalize_bootstrap_address(written) == target:
-            return (f" (`auto` read it from {get_ray_address_file(None)}, which the last `ray start` here wrote "
-                    "and a cluster killed without `ray stop` leaves behind)")
+    written = address_file_for(target)
+    if written:
+        return (f" (`auto` read it from {written}, which the last `ray start` here wrote "
+                "and a cluster killed without `ray stop` leaves behind)")
     return " (`auto` found its GCS process on this machine)"
 
 
@@ -142,13 +142,9 @@ def _quiet_ray_logs() -> Iterator[None]:
 def _token_as_auto_would() -> None:
     """``ray.init("auto")`` turns token authentication on when a token is at hand and RAY_AUTH_MODE is unset (an
     explicit address never does): the probe sends what ray.init will send."""
-    try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available,
-        )
-    except ImportError:
-        return
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    from cluster.workers.ray_private import enable_token_auth_if_available
+
+    enable_token_auth_if_available()
 
 
 def _check_listens(host_port: str, address: str, field: str) -> None:

@@ -79,8 +79,9 @@ def _stop_monitor() -> None:
     run's exit). A single-node cluster started for one run has nothing for it to scale."""
     import signal
 
-    node = getattr(getattr(ray, "_private", None) and ray._private.worker, "_global_node", None)
-    for info in (getattr(node, "all_processes", None) or {}).get("monitor", []):
+    from cluster.workers.ray_private import embedded_processes
+
+    for info in embedded_processes("monitor"):
         with contextlib.suppress(Exception):
             if info.process.poll() is None:
                 info.process.send_signal(signal.SIGKILL)

@@ -250,9 +250,13 @@ def test_a_killed_clusters_address_file_is_never_joined(tmp_path, machine_tmp):
 
     asked, seconds = rollout(env, tmp_path / "auto", "--address", "auto")  # explicit: one line, at once
     [line] = asked.stderr.splitlines()
-    assert asked.returncode == 2 and seconds < 30
-    assert line.startswith(f"config error: farm.address: no Ray cluster answers at {_host()}:{dead}")
-    assert str(address_file) in line and "leave the address out" in line
+    assert asked.returncode == 2 and seconds < 30 and line.startswith("config error: farm.address: ")
+    if f":{dead}" in line:
+        assert line.startswith(f"config error: farm.address: no Ray cluster answers at {_host()}:{dead}")
+        assert str(address_file) in line and "leave the address out" in line
+    else:  # Ray's `auto` prefers the one live GCS on the machine to the address file: the foreign cluster here,
+        # which wants a token this run does not have (with two or more live, it reads the file, as above)
+        assert "found its GCS process on this machine" in line, line
 
     named, seconds = rollout({**env, "RAY_ADDRESS": f"127.0.0.1:{dead}"}, tmp_path / "env")
     [line] = named.stderr.splitlines()
