@@ -16,7 +16,6 @@ import pytest
 
 from envs.swe.pytest_report import junit_address
 from envs.swe.swe_mini import build
-from envs.swe.swe_verifier import SweVerifier
 from rollout.errors import VerifierError
 from rollout.records import RolloutResult, Task
 from test_grading_hostile import FORCE_PASS, ROMAN, base_text, edit, images, rows, verifier  # noqa: F401
@@ -69,7 +68,10 @@ def forger(row: dict, at_exit: bool = False) -> str:
     return f"import os as _os, sys as _sys\nprint({RAN!r})\n{body}{then}"
 
 
-REWRITE_REPORTS = f'''
+def report_forcer(when: str = "True") -> str:
+    """Package code that, inside pytest's process, makes every report for which ``when`` (an expression of
+    ``report``) holds a pass."""
+    return f'''
 import sys as _sys
 print({RAN!r})
 _reports = _sys.modules.get("_pytest.reports")
@@ -78,10 +80,15 @@ if _reports is not None:
 
     def _forced(cls, item, call):
         report = _made.__func__(cls, item, call)
-        report.outcome, report.longrepr = "passed", None
+        if {when}:
+            report.outcome, report.longrepr = "passed", None
         return report
     _reports.TestReport.from_item_and_call = classmethod(_forced)
 '''
+
+
+REWRITE_REPORTS = report_forcer()
+NOT_RAISED_ONLY = report_forcer('report.failed and "DID NOT RAISE" in str(report.longrepr)')  # the bug's failures
 
 LIVE_HOOK = f'''
 import gc as _gc, sys as _sys
@@ -100,21 +107,6 @@ if "_pytest.config" in _sys.modules:
         if type(_o).__name__ == "Config" and hasattr(_o, "pluginmanager"):
             _o.pluginmanager.register(_Forcer())
             break
-'''
-
-NOT_RAISED_ONLY = f'''
-import sys as _sys
-print({RAN!r})
-_reports = _sys.modules.get("_pytest.reports")
-if _reports is not None:
-    _made = _reports.TestReport.from_item_and_call
-
-    def _forced(cls, item, call):
-        report = _made.__func__(cls, item, call)
-        if report.failed and "DID NOT RAISE" in str(report.longrepr):  # only the failures the fix is about
-            report.outcome, report.longrepr = "passed", None
-        return report
-    _reports.TestReport.from_item_and_call = classmethod(_forced)
 '''
 
 LOUD_FORCE_PASS = f"print({RAN!r})\n" + FORCE_PASS
