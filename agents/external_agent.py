@@ -33,7 +33,7 @@ from rollout.errors import ModelError, NaturalCompletion, TimeLimitExceeded
 from rollout.protocols import Environment, Model, Runtime
 from rollout.records import Action, Message, Observation, Step, Task, Usage
 from rollout.termination import Limits
-from rollout.tokens import Segment, TokenBreak, contiguity_breaks, has_token_data, segments
+from rollout.train.tokens import Segment, TokenBreak, contiguity_breaks, has_token_data, segments
 
 _TAIL = 1000
 """Characters of a failed command's output kept in the trajectory's exit message."""
@@ -134,9 +134,9 @@ class CallSteps:
 
     steps: list[Step]
     segments: list[Segment] = field(default_factory=list)
-    """``rollout.tokens.segments`` of the steps (empty without token data on every step)."""
+    """``rollout.train.tokens.segments`` of the steps (empty without token data on every step)."""
     breaks: list[TokenBreak] = field(default_factory=list)
-    """``rollout.tokens.contiguity_breaks``: where a step's prompt does not extend the one before."""
+    """``rollout.train.tokens.contiguity_breaks``: where a step's prompt does not extend the one before."""
     messages: list[Message] = field(default_factory=list)
     """The conversation of the last answered call: its messages and its reply."""
     tools: list[dict[str, Any]] | None = None

@@ -10,7 +10,7 @@ __all__ = ["RolloutFarm"]
 
 def __getattr__(name: str) -> Any:
     if name == "RolloutFarm":  # loaded on first use: ``import cluster`` stays cheap for the CLI
-        from cluster.farm import RolloutFarm
+        from cluster.farm.rollout_farm import RolloutFarm
 
         return RolloutFarm
     raise AttributeError(f"module 'cluster' has no attribute {name!r}")

@@ -2,6 +2,6 @@
 
 import sys
 
-from cluster.cli import main
+from cluster.cli.main import main
 
 sys.exit(main())

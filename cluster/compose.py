@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from cluster.run_config import RunConfig
-from rollout.config import deep_merge, validate
+from cluster.run.config import RunConfig
+from rollout.config.load import deep_merge, validate
 from rollout.errors import ConfigError
 from rollout.protocols import Agent, Environment, Model, Verifier
 from rollout.records import RequestMeta, Task

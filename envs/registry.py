@@ -8,20 +8,30 @@ ENVIRONMENTS = Registry("environment", {
     "tool": "envs.tool_env:ToolEnvironment",
     "step": "envs.step_env:StepEnvironmentAdapter",
     "shell": "envs.shell_env:ShellEnvironment",
-    "swe": "envs.swe.swe_env:SweEnvironment",
+    "swe": "envs.swe.env:SweEnvironment",
     "aviary": "envs.resources.aviary_env:AviaryEnvironment",
     "resources": "envs.resources.client:ResourcesEnvironment",
 })
 RUNTIMES = Registry("runtime", {
-    "null": "envs.runtimes.null_runtime:NullRuntime",
-    "local": "envs.runtimes.local_runtime:LocalRuntime",
-    "docker": "envs.runtimes.docker_runtime:DockerRuntime",
-    "podman": "envs.runtimes.docker_runtime:DockerRuntime",
-    "apptainer": "envs.runtimes.apptainer_runtime:ApptainerRuntime",
+    "null": "envs.runtimes.null:NullRuntime",
+    "local": "envs.runtimes.local:LocalRuntime",
+    "docker": "envs.runtimes.docker.runtime:DockerRuntime",
+    "podman": "envs.runtimes.docker.runtime:DockerRuntime",
+    "apptainer": "envs.runtimes.apptainer.runtime:ApptainerRuntime",
 })
 VERIFIERS = Registry("verifier", {
     "check_command": "envs.verifiers:CheckCommandVerifier",
     "answer_match": "envs.verifiers:AnswerMatchVerifier",
     "env_reward": "envs.verifiers:EnvRewardVerifier",
-    "swe": "envs.swe.swe_verifier:SweVerifier",
+    "swe": "envs.swe.verifier:SweVerifier",
 })
+POLICIES = Registry("policy", {
+    "gold": "envs.swe.policies:gold",
+    "empty": "envs.swe.policies:empty",
+    "replay": "envs.swe.policies:replay",
+    "calculator": "envs.resources.policies:calculator",
+    "guesser": "envs.resources.policies:guesser",
+    "tool_user": "envs.resources.policies:tool_user",
+})
+"""Scripted policies that play one of these environments (the SWE gold patch, the calculator server's task
+family), beside the environments they know."""

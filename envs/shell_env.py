@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from envs.runtimes.output import elide
-from rollout.config import StrictModel, coerce
+from rollout.config.load import StrictModel, coerce
 from rollout.errors import EnvironmentFailure
 from rollout.protocols import EnvReset, ExecResult, Runtime
 from rollout.records import Action, Observation, Task

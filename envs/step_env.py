@@ -10,7 +10,7 @@ import inspect
 import json
 from typing import Any, Callable, Literal
 
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from rollout.errors import EnvironmentFailure
 from rollout.protocols import EnvReset
 from rollout.records import Action, Observation, Task

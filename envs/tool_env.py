@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from rollout.protocols import EnvReset, ToolExecutor
 from rollout.records import Action, Observation, Reward, RolloutResult, Task
 from rollout.registry import Registry

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from rollout.errors import VerifierError
 from rollout.records import Reward, RolloutResult, Task
 

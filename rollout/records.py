@@ -31,7 +31,7 @@ class Task(Record):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Carried through to the result, never interpreted."""
     _row_hash: str | None = PrivateAttr(default=None)
-    """Hash of the dataset row this task was read from (set by ``rollout.dataset.load_tasks``)."""
+    """Hash of the dataset row this task was read from (set by ``rollout.data.dataset.load_tasks``)."""
 
     def opening_messages(self, system_prompt: str | None = None) -> list[Message]:
         if self.messages is not None:

@@ -28,7 +28,7 @@ from rollout.events import Observer
 from rollout.protocols import Agent, Environment, Model, Verifier
 from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Task, Usage
 from rollout.termination import Limits, Termination
-from rollout.tokens import contiguity_breaks, has_token_data
+from rollout.train.tokens import contiguity_breaks, has_token_data
 
 TIME_LIMIT_GRACE = 5.0
 """Seconds of the agent's own time past ``time_limit`` before the loop is cancelled mid-action (a hung command)."""

@@ -86,7 +86,7 @@ def no_labelled_containers_left():
     started, now dead) created may remain: they are removed, and the session errors, so a leak is
     seen and never piles up. Containers of other live processes on the machine are left alone."""
     yield
-    from envs.runtimes.containers import OWNER_LABEL, owner_alive, owner_labels
+    from envs.runtimes.docker.containers import OWNER_LABEL, owner_alive, owner_labels
 
     me = owner_labels()[OWNER_LABEL]
     leaks = []
@@ -120,7 +120,7 @@ def ray_cluster():
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     import io
 
-    from cluster.workers.ray_session import connect
+    from cluster.session.connect import connect
 
     connect(num_cpus=4, out=io.StringIO())  # logical CPUs: a vLLM-on-CPU engine needs 4 (any 2-core machine)
     yield ray

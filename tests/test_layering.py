@@ -57,7 +57,7 @@ def test_only_cluster_imports_ray():
 
 def test_the_checker_sees_imports_and_module_strings(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text('import envs.runtimes.docker_runtime\nfrom agents import x\nPATH = "cluster.job:prepare"\n'
+    probe.write_text('import envs.runtimes.docker.runtime\nfrom agents import x\nPATH = "cluster.run.job:prepare"\n'
                      'TEXT = "agents are strategies"\n')
     assert [(top, how.split()[0]) for top, _line, how in imports_of(probe)] == [
         ("envs", "import"), ("agents", "import"), ("cluster", "string")]

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from agents.parsers.common import configure, content_text, fenced_blocks, strip_thinking
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from rollout.errors import FormatError
 from rollout.records import Action, Message
 

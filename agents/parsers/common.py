@@ -10,7 +10,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel
 
-from rollout.config import validate
+from rollout.config.load import validate
 from rollout.records import Message
 
 C = TypeVar("C", bound=BaseModel)

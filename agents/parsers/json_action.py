@@ -9,7 +9,7 @@ from pydantic import Field
 
 from agents.parsers.common import configure, content_text, strip_thinking
 from agents.parsers.json_scan import json_spans, json_type, loads
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from rollout.errors import FormatError
 from rollout.records import Action, Message
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.parsers.common import configure, scrub, scrub_json, snippet
 from agents.parsers.json_scan import json_type, loads
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from rollout.errors import FormatError
 from rollout.records import Action, Message
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from agents.parsers.common import configure, content_text, strip_thinking, unfence
 from agents.parsers.json_scan import json_type, loads, span_end
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from rollout.errors import FormatError
 from rollout.records import Action, Message
 

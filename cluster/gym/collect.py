@@ -102,8 +102,8 @@ def summarize(ledger: Ledger, pairs: list[Pair]) -> int:
 
 def prepare(args: argparse.Namespace) -> tuple[Any, dict[int, Any], list[Pair], dict, bool]:
     """(the farm, unstarted; tasks by index; the planned pairs; the stamp; whether to write it): every check."""
-    from cluster.cli import split_items
-    from cluster.farm import RolloutFarm
+    from cluster.cli.main import split_items
+    from cluster.farm.rollout_farm import RolloutFarm
 
     if args.num_repeats < 1 or (args.limit is not None and args.limit < 1):
         raise CollectError("--num-repeats and --limit must be >= 1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 
 
 class GymSection(StrictModel):

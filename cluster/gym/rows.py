@@ -16,8 +16,8 @@ import re
 from typing import Any, Mapping
 
 from cluster.gym.responses_request import request_problem
-from rollout.models.responses_items import result_response
-from rollout.models.responses_wire import ResponsesFormatError, chat_messages
+from rollout.wire.responses_items import result_response
+from rollout.wire.responses import ResponsesFormatError, chat_messages
 from rollout.records import RolloutResult, Task
 
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")

@@ -25,7 +25,7 @@ CLOSES_SESSIONS = ("resources", "aviary")
 def prepared(raw: dict[str, Any]) -> tuple[dict[str, Any], GymSection]:
     """The run config with the gym section's cleanup timeout given to its resources environments, and the
     section. Needs no dataset."""
-    from rollout.config import validate
+    from rollout.config.load import validate
 
     raw = copy.deepcopy(raw)
     settings = validate(GymSection, raw.pop("gym", None) or {}, prefix="gym")
@@ -39,7 +39,7 @@ def prepared(raw: dict[str, Any]) -> tuple[dict[str, Any], GymSection]:
 
 def build(raw: dict[str, Any], out: Any = sys.stderr) -> tuple[Any, Any]:
     """(the started farm, the agent server's app) for a run config."""
-    from cluster.farm import RolloutFarm
+    from cluster.farm.rollout_farm import RolloutFarm
     from cluster.gym.agent_app import EpisodeRunner, build_app
 
     raw, settings = prepared(raw)
@@ -94,8 +94,8 @@ def _served_model(raw: dict[str, Any], address: str | None) -> Any:
     """Deploy the config's ``serve`` model before the agent server (its replica gets the URL); None without one."""
     from cluster.serving import apps
     from cluster.serving.config import ServeSection
-    from cluster.workers.ray_session import connect
-    from rollout.config import validate
+    from cluster.session.connect import connect
+    from rollout.config.load import validate
 
     section = raw.get("serve") or (raw.get("model") or {}).get("serve")
     if not section:
@@ -118,7 +118,7 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--serve", action="store_true", help="run as a Ray Serve application (gym.serve)")
     parser.add_argument("--address", default=None, help="Ray cluster to join (default $RAY_ADDRESS, else embedded)")
     args = parser.parse_args(argv)
-    from rollout.config import load_config
+    from rollout.config.load import load_config
     from rollout.errors import ConfigError
 
     try:
@@ -136,7 +136,7 @@ def serve_main(argv: list[str]) -> int:
         return 2
     stop = threading.Event()
     if settings.serve:
-        from cluster.workers.ray_session import connect
+        from cluster.session.connect import connect
 
         connect(args.address or os.environ.get("RAY_ADDRESS"))
         served = _served_model(raw, args.address)

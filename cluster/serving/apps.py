@@ -172,7 +172,7 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
 
 def proxy_url() -> str:
     """The root URL of Serve's HTTP proxy on this cluster (its host and port as Serve was started with)."""
-    from cluster.workers.ray_private import serve_http_config
+    from cluster.session.ray_private import serve_http_config
 
     options = serve_http_config()
     host = "127.0.0.1" if options.host in ("0.0.0.0", "::", "") else options.host

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 
 DEFAULT_MAX_ONGOING_REQUESTS = 64
 """Requests one replica takes at once before the router queues (Ray Serve LLM's own default is effectively
@@ -57,7 +57,7 @@ class ServeSection(StrictModel):
     latency: float = Field(default=0.0, ge=0)
     """Seconds each scripted completion takes."""
     faults: dict[str, Any] = Field(default_factory=dict)
-    """Injected faults of the scripted app (``rollout.models.fake_server_config.FaultsConfig``)."""
+    """Injected faults of the scripted app (``cluster.serving.scripted_server.config.FaultsConfig``)."""
 
     # app: vllm
     model_source: str | None = None

@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 from ray.serve.experimental.consistent_hash_router import ConsistentHashRouter
 from ray.serve.request_router import PendingRequest, ReplicaID, RunningReplica
 
-from rollout.models.openai_wire import RELEASE_PREFIX
+from rollout.wire.chat import RELEASE_PREFIX
 
 STICKY_ROUTER = "cluster.serving.router.StickyLeastLoadedRouter"
 CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"

@@ -3,7 +3,7 @@ run takes (HTTP proxy, request router, replicas), with the policy in place of an
 
 Stateless: a policy finds its task from the rollout identity each request carries (``metadata.task_id``, looked
 up in the run's dataset, then among the tasks a trainer's call posted: ``task_board``) and its turn from the conversation, so any replica can answer any turn. The routes are the
-fake server's (``rollout.models.fake_routes``): ``POST /v1/chat/completions`` (faults included; ``stream: true``
+fake server's (``cluster.serving.scripted_server.routes``): ``POST /v1/chat/completions`` (faults included; ``stream: true``
 answered as a streaming response of server-sent events), ``POST /v1/completions``, ``GET /v1/models``,
 ``GET /v1/models/{id}``, ``GET /health``, ``POST /v1/sessions/release``; anything else is an OpenAI-shaped 404.
 Every reply names its replica in ``x-serve-replica`` (routing tests and ``bench_serve`` read it).
@@ -18,8 +18,8 @@ from ray import serve
 
 class ScriptedPolicyServer:
     def __init__(self, server_config: dict[str, Any]):
-        from rollout.models.fake_routes import FakeRoutes
-        from rollout.models.fake_server_config import FakeServerConfig
+        from cluster.serving.scripted_server.routes import FakeRoutes
+        from cluster.serving.scripted_server.config import FakeServerConfig
 
         from cluster.serving.task_board import BoardTasks
 

@@ -56,7 +56,7 @@ class VllmProcessServer:
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
         self._wait_ready(ready_timeout)
-        from cluster.workers.ray_private import kv_put
+        from cluster.session.ray_private import kv_put
 
         self.key = f"{ENGINE_KEY_PREFIX}{app}/{serve.get_replica_context().replica_id.unique_id}"
         kv_put(self.key, self.url.encode())
@@ -110,7 +110,7 @@ class VllmProcessServer:
         key = getattr(self, "key", None)
         if key:
             try:
-                from cluster.workers.ray_private import kv_del
+                from cluster.session.ray_private import kv_del
 
                 kv_del(key)
             except Exception:  # noqa: BLE001 - the cluster may be going away
@@ -132,7 +132,7 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
 
 def engine_urls(app: str) -> list[str]:
     """The engine URLs the replicas of application ``app`` recorded (on the connected cluster)."""
-    from cluster.workers.ray_private import kv_get, kv_keys
+    from cluster.session.ray_private import kv_get, kv_keys
 
     values = [kv_get(k) for k in kv_keys(f"{ENGINE_KEY_PREFIX}{app}/")]
     return sorted(v.decode() for v in values if v)

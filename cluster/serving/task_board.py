@@ -15,14 +15,14 @@ def _key(app: str, task_id: str) -> bytes:
 
 def post_tasks(app: str, tasks: Iterable[Any]) -> None:
     """Publish tasks (``rollout.records.Task``) for the replicas of ``app`` (a task id posted again replaces it)."""
-    from cluster.workers.ray_private import kv_put
+    from cluster.session.ray_private import kv_put
 
     for task in tasks:
         kv_put(_key(app, task.task_id), task.model_dump_json().encode())
 
 
 def clear_tasks(app: str) -> None:
-    from cluster.workers.ray_private import kv_del, kv_keys
+    from cluster.session.ray_private import kv_del, kv_keys
 
     for key in kv_keys(f"{PREFIX}{app}/"):
         kv_del(key)
@@ -41,7 +41,7 @@ class BoardTasks(dict):
             return self[task_id]
         if not task_id:
             return default
-        from cluster.workers.ray_private import kv_get
+        from cluster.session.ray_private import kv_get
         from rollout.records import Task
 
         raw = kv_get(_key(self.app, str(task_id)))

@@ -37,7 +37,7 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
     config = LLMConfig(**llm_config_fields(section, model_id, options))
     if section.controls:
         # Ray 2.60 ships it under an internal path; the public builder below lacks the control routes.
-        from cluster.workers.ray_private import dev_openai_app
+        from cluster.session.ray_private import dev_openai_app
 
         return dev_openai_app(config)
     return build_openai_app({"llm_configs": [config]})

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cluster.live import RUNNING, live_condition, read_live
+from cluster.run.live import RUNNING, live_condition, read_live
 
 HISTORY_LIMIT = 2000
 """Samples kept for the charts; past it every other old one is dropped."""
@@ -47,7 +47,7 @@ class RunView:
             return self._state(doc, now)
 
     def _state(self, doc: dict[str, Any] | None, now: float) -> dict[str, Any]:
-        from rollout.progress import count_by, format_progress
+        from rollout.store.progress import count_by, format_progress
 
         rewards = [r["reward"] or 0.0 for r in self.latest.values() if r["status"] == "completed"]
         reward_mean = sum(rewards) / len(rewards) if rewards else None

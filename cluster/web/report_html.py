@@ -16,7 +16,7 @@ CHARTS = (("chart-rewards", "reward distribution"), ("chart-durations", "rollout
 
 def render(data: dict[str, Any]) -> str:
     """The whole page for ``data`` (``report_data.collect``)."""
-    from rollout.summary import format_table
+    from rollout.store.summary import format_table
 
     esc = html.escape
     style = _static("uplot/uPlot.min.css") + "\n" + _static("page.css")

@@ -21,7 +21,7 @@ from ray.exceptions import RayActorError
 
 from cluster.workers.channel import Channel, WorkerGone, as_future, first_line, retrieve
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
-from cluster.seam import Backend
+from cluster.backends.seam import Backend
 from cluster.workers.slots import Node, Resources, describe_nodes
 from cluster.workers.wire import decode_result
 from cluster.workers.worker_actor import spawn_worker

@@ -9,7 +9,7 @@ from typing import TextIO
 
 def reap_dead_owners(run_id: str, engines: tuple[str, ...], out: TextIO | None = sys.stderr) -> int:
     """Remove containers of ``run_id`` whose creating process is gone; returns how many."""
-    from envs.runtimes.containers import remove_labelled
+    from envs.runtimes.docker.containers import remove_labelled
 
     total = 0
     for engine in engines:
@@ -27,7 +27,7 @@ def reap_dead_owners(run_id: str, engines: tuple[str, ...], out: TextIO | None =
 
 def remove_rollout_containers(run_id: str, engines: tuple[str, ...], rollout_id: str) -> None:
     """Remove every container of one rollout, live or not (an attempt cancelled at its deadline)."""
-    from envs.runtimes.containers import remove_labelled
+    from envs.runtimes.docker.containers import remove_labelled
 
     for engine in engines:
         try:

@@ -119,10 +119,10 @@ async def start_ray_farm(job: Any, base_url: str | None,
     side by side; images resolved and leftovers reaped meanwhile. Returns ``(backend, served or None)``."""
     import ray
 
-    from cluster.backends import start_ray_backend
-    from cluster.host_checks import reap_leftovers
+    from cluster.backends.choose import start_ray_backend
+    from cluster.run.host_checks import reap_leftovers
     from cluster.serving import apps
-    from cluster.workers.ray_session import connect
+    from cluster.session.connect import connect
     from cluster.workers.worker import ConfigSource
 
     loop, clock, farm, section = asyncio.get_running_loop(), job.clock, job.config.farm, job.config.serve
@@ -178,7 +178,7 @@ async def release_own_cluster(job: Any) -> bool:
     cluster the job joined, or found running in its process, is left alone."""
     if not getattr(job, "owns_cluster", False):
         return False
-    from cluster.workers.ray_session import stop_embedded
+    from cluster.session.connect import stop_embedded
 
     job.owns_cluster = False
     await asyncio.to_thread(stop_embedded)

@@ -91,7 +91,7 @@ class RolloutWorker:
     """Runs rollouts for a driver. ``node_id`` labels the containers it creates (``rollout-farm.node``)."""
 
     def __init__(self, source: Any, *, node_id: str = "", run_dir: str | None = None, metrics_run: str | None = None):
-        from envs.runtimes.containers import NODE_ENV
+        from envs.runtimes.docker.containers import NODE_ENV
         from rollout.gc_tuning import tune_gc
 
         if node_id:
@@ -102,7 +102,7 @@ class RolloutWorker:
         self.ident = f"{socket.gethostname()}:{os.getpid()}"
         self.run_dir = run_dir
         self.policy_version: str | None = None
-        from cluster.live import LiveTracker
+        from cluster.run.live import LiveTracker
 
         self.tracker = LiveTracker(node_id, self.ident)
         self.finished = 0
@@ -193,7 +193,7 @@ class RolloutWorker:
     def _observers(self, meta: RequestMeta, key: tuple[str, int]) -> list[events.Observer]:
         observers = [self.tracker.observer(key)]
         if self.run_dir is not None and Path(self.run_dir).is_dir():  # a file system shared with the driver
-            from rollout.run_store import RunStore, partial_trajectory_writer
+            from rollout.store.run_dir import RunStore, partial_trajectory_writer
 
             observers.append(partial_trajectory_writer(RunStore(self.run_dir), meta))
         if self.metrics is not None:
@@ -226,7 +226,7 @@ class RolloutWorker:
 
     async def shutdown(self) -> None:
         """Close the model's connections, the warm pools, and every container this process still tracks."""
-        from envs.runtimes.containers import remove_tracked
+        from envs.runtimes.docker.containers import remove_tracked
         from envs.runtimes.warm_pool import close_all
 
         if self._model is not None:

@@ -17,7 +17,7 @@ from envs.images.image_gc import LABEL, prune_instance_images, record_use, recen
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
 from envs.images.base_image import ImageError, docker_client, ensure_image, image_present, last_lines
 from envs.runtimes.output import decode
-from rollout.dataset import load_tasks
+from rollout.data.dataset import load_tasks
 from rollout.errors import ConfigError
 from rollout.records import Task
 
@@ -40,7 +40,7 @@ def build_instance_images(dataset_path: str | Path, base: str = DEFAULT_BASE_IMA
                           network: bool = False, allow_outside_paths: bool = False) -> BuildReport:
     """Build ``FROM base`` an image per row with ``repo_path``: the repo at ``base_commit`` in /testbed,
     ``install_cmd`` run at build time (without network unless ``network``). Present images are skipped;
-    a failed row is reported and the others go on. ``allow_outside_paths``: see ``rollout.dataset.load_tasks``."""
+    a failed row is reported and the others go on. ``allow_outside_paths``: see ``rollout.data.dataset.load_tasks``."""
     if parallelism < 1:
         raise ConfigError(f"must be at least 1, got {parallelism}", "parallel")
     dataset_path = Path(dataset_path)

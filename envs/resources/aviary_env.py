@@ -26,10 +26,10 @@ from typing import Any
 from pydantic import Field
 
 from envs.resources.http_client import ResourcesHttp
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from rollout.errors import EnvironmentFailure
-from rollout.models.responses_items import result_response
-from rollout.models.responses_wire import ResponsesFormatError, chat_messages, chat_tools
+from rollout.wire.responses_items import result_response
+from rollout.wire.responses import ResponsesFormatError, chat_messages, chat_tools
 from rollout.protocols import EnvReset
 from rollout.records import Action, Message, Observation, Reward, RolloutResult, Task
 

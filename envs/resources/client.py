@@ -23,11 +23,11 @@ import time
 import uuid
 from typing import Any
 
-from rollout.config import StrictModel
+from rollout.config.load import StrictModel
 from envs.resources.http_client import ResourcesHttp
 from rollout.errors import EnvironmentFailure
-from rollout.models.responses_items import result_response
-from rollout.models.responses_wire import chat_tools
+from rollout.wire.responses_items import result_response
+from rollout.wire.responses import chat_tools
 from rollout.protocols import EnvReset
 from rollout.records import Action, Observation, Reward, RolloutResult, Task
 

@@ -35,7 +35,7 @@ def evaluate(model, tok, rows: list[dict[str, Any]], greedy: bool = False, max_t
     tools, ``max_turns`` model turns) and score it: ``{"success", "n", "by_level", "tool_use"}``."""
     import torch
 
-    from rollout.models.token_in import assistant_message
+    from rollout.models.client.token_in import assistant_message
 
     torch.manual_seed(seed)
     tools = T.tool_schemas()

@@ -1,4 +1,4 @@
-"""The GRPO trainer math in torch, over the farm's trainer samples (``rollout.trainer_batch.TrainerSample``:
+"""The GRPO trainer math in torch, over the farm's trainer samples (``rollout.train.batch.TrainerSample``:
 ``prompt_ids``, ``response_ids``, ``loss_mask`` 1 on the model's tokens, the engine's ``logprobs`` 0.0 where
 masked, the group's ``advantage``).
 

@@ -29,7 +29,7 @@ def serve_policy(model_dir: str, name: str = "rl-policy", out: TextIO = sys.stde
     the served model (``base_url``, ``controls()``, ``stop()``)."""
     from cluster.serving import apps
     from cluster.serving.config import ServeSection
-    from cluster.workers.ray_session import connect
+    from cluster.session.connect import connect
 
     section = ServeSection(app="vllm", name=name, model_source=model_dir, cpu=True, engine_kwargs=dict(ENGINE),
                            ready_timeout=900, route_prefix=f"/{name}")
@@ -53,7 +53,7 @@ def farm_config(base_url: str, tokenizer_dir: str, max_tokens: int = 64, max_ste
 
 def open_farm(served: Any, tokenizer_dir: str, *, concurrency: int, seed: int, name: str = "rl") -> Any:
     """The loop's farm (Ray backend) on ``served``, with its controls (``reload_weights``, versions)."""
-    from cluster.farm import RolloutFarm
+    from cluster.farm.rollout_farm import RolloutFarm
 
     return RolloutFarm.from_config(farm_config(served.base_url, tokenizer_dir), concurrency=concurrency, name=name,
                                    seed=seed, controls=served.controls())

@@ -1,7 +1,7 @@
 """The warm start's rendering: the tokenizer (byte-level BPE with ``cluster.serving.tiny_model``'s special tokens and
 chat template, single-digit number tokens, the tool tags as non-special added tokens), the synthetic trajectories
 of ``examples.rl_cpu.tasks``, and their token ids with a loss mask on the model's completions, built the way the
-token-in client builds a stream (``rollout.models.token_in``)."""
+token-in client builds a stream (``rollout.models.client.token_in``)."""
 
 from __future__ import annotations
 

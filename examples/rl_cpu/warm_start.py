@@ -6,7 +6,7 @@ trained on this task family's rendered conversations (the tiny model's corpus re
 tokens), with single-digit number tokens, and with the tool tags as non-special added tokens (as in Qwen2.5), so
 that an engine's detokenizer keeps them in the completion text the client parses.
 
-Trajectories are rendered the way the client builds a token-in stream (``rollout.models.token_in``): turn 1's
+Trajectories are rendered the way the client builds a token-in stream (``rollout.models.client.token_in``): turn 1's
 prompt through the chat template with the tools, then each completion (the template's rendering of the assistant
 message up to and including ``<|im_end|>``: loss on these tokens only), then the rest of the end of turn and the
 observation delta.

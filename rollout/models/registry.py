@@ -1,4 +1,5 @@
-"""Short names of the model seam's implementations and of the scripted policies this package ships."""
+"""Short names of the model seam's implementations and of the generic scripted policies this package ships
+(domain policies, which play one environment, live beside it and are named in ``envs/registry.py``)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,13 @@ from rollout.registry import Registry
 
 MODELS = Registry("model", {
     "scripted": "rollout.models.scripted:ScriptedModel",
-    "openai": "rollout.models.openai_client:OpenAIModel",
+    "openai": "rollout.models.client.model:OpenAIModel",
 })
 POLICIES = Registry("policy", {
     "echo": "rollout.models.policies:echo",
     "bash_echo": "rollout.models.policies:bash_echo",
     "oracle": "rollout.models.policies:oracle",
     "seed_writer": "rollout.models.policies:seed_writer",
-    "gold": "rollout.models.swe_policies:gold",
-    "empty": "rollout.models.swe_policies:empty",
-    "replay": "rollout.models.swe_policies:replay",
-    "calculator": "rollout.models.tool_policies:calculator",
-    "guesser": "rollout.models.tool_policies:guesser",
-    "tool_user": "rollout.models.tool_policies:tool_user",
 })
 """Policies a scripted model or the fake server takes by short name; others by dotted path (``cluster`` turns
 the other packages' short names, such as ``demo``, into their paths first)."""

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.errors import ContextLengthExceeded, ModelError
-from rollout.models import fake_tokens
+from rollout.models import scripted_tokens as fake_tokens
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta, Task, Usage
 

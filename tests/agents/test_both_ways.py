@@ -13,7 +13,7 @@ from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
 from agents.text_agent import TextActionAgent, TextActionAgentConfig
 from agents.tool_agent import ToolCallingAgent, ToolCallingAgentConfig
 from envs.games import GuessNumber
-from envs.runtimes.local_runtime import LocalRuntime
+from envs.runtimes.local import LocalRuntime
 from envs.shell_env import ShellEnvironment
 from envs.step_env import StepEnvironmentAdapter
 from envs.tool_env import ToolEnvironment

@@ -6,8 +6,8 @@ import pickle
 import pytest
 
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
-from envs.runtimes.local_runtime import LocalRuntime, LocalRuntimeConfig
-from envs.runtimes.null_runtime import NullRuntime, NullRuntimeConfig
+from envs.runtimes.local import LocalRuntime, LocalRuntimeConfig
+from envs.runtimes.null import NullRuntime, NullRuntimeConfig
 from envs.shell_env import ShellEnvironment
 from rollout.errors import ExitReason
 from rollout.models.scripted import ScriptedModel

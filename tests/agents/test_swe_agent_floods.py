@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
-from envs.runtimes.local_runtime import LocalRuntime
+from envs.runtimes.local import LocalRuntime
 from envs.shell_env import ShellEnvironment
 from rollout.errors import ExitReason
 from rollout.models.scripted import ScriptedModel
@@ -28,7 +28,7 @@ RUNTIMES = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 def make_runtime(kind, request):
     if kind == "local":
         return LocalRuntime({"allow_host_exec": True})
-    from envs.runtimes.docker_runtime import DockerRuntime
+    from envs.runtimes.docker.runtime import DockerRuntime
 
     image = request.getfixturevalue("base_image")
     return DockerRuntime({"image": image}, run_id=f"test-{uuid.uuid4().hex[:8]}", rollout_id="flood")

@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from envs.images.image_gc import LABEL, list_instance_images, parse_size, prune_instance_images, record_use
-from envs.swe.swe_env import SweEnvironmentConfig
+from envs.swe.env import SweEnvironmentConfig
 
 MB = 1_000_000
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ import uuid
 
 import pytest
 
-from cluster.images_cli import main as images_main
+from cluster.cli.images import main as images_main
 from envs.images.image_names import image_for, instance_tag, swebench_name
 from envs.images.base_image import ImageError, build_base_image, ensure_image
 from envs.images.instance_images import LABEL, build_instance_images
-from rollout.dataset import load_tasks
+from rollout.data.dataset import load_tasks
 from rollout.errors import ContainerStartError, ExitReason
 
 # docker's grammar for name:tag, simplified to what we emit (lower-case path components, tag <= 128)

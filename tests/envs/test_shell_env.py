@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from envs.runtimes.local_runtime import LocalRuntime
-from envs.runtimes.null_runtime import NullRuntime
+from envs.runtimes.local import LocalRuntime
+from envs.runtimes.null import NullRuntime
 from envs.shell_env import ShellEnvironment
 from rollout.errors import EnvironmentFailure, RuntimeFailure
 from rollout.protocols import Environment

@@ -23,7 +23,7 @@ from examples.rl_cpu import tasks as T
 from rollout.models.scripted import ScriptedModel
 from rollout.records import RequestMeta
 from rollout.runner import run_rollout
-from rollout.trainer_batch import TrainerSample
+from rollout.train.batch import TrainerSample
 
 
 def call(name, **arguments):

@@ -7,7 +7,7 @@ import contextlib
 
 import httpx
 
-from cluster.farm import RolloutFarm
+from cluster.farm.rollout_farm import RolloutFarm
 from cluster.gym.agent_app import EpisodeRunner, build_app
 from cluster.gym.config import GymSection
 from envs.resources.calc_server import calc_rows

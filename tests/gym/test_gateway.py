@@ -15,14 +15,14 @@ import pytest
 
 from cluster.gym.gateway import calls_to_steps, gateway_app
 from envs.resources.serving import serve_in_thread
-from envs.runtimes.docker_runtime import DockerRuntime
-from envs.runtimes.local_runtime import LocalRuntime
+from envs.runtimes.docker.runtime import DockerRuntime
+from envs.runtimes.local import LocalRuntime
 from envs.shell_env import ShellEnvironment
 from agents.external_agent import ExternalAgent
 from rollout.context import message_text
-from rollout.models.fake_server import FakeServerConfig, FaultsConfig
-from rollout.models.fake_server import serve_in_thread as fake_server_in_thread
-from rollout.models.openai_client import OpenAIModel
+from cluster.serving.scripted_server.server import FakeServerConfig, FaultsConfig
+from cluster.serving.scripted_server.server import serve_in_thread as fake_server_in_thread
+from rollout.models.client.model import OpenAIModel
 from rollout.models.scripted import ScriptedModel
 from rollout.records import RequestMeta, Task
 from rollout.runner import run_rollout

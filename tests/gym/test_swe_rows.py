@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from envs.swe.swe_mini import build
+from envs.swe.mini import build
 
 from .gym_servers import agent_server
 

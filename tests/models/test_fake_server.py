@@ -13,9 +13,9 @@ import openai
 import orjson
 import pytest
 
-from rollout.models import fake_tokens
-from rollout.models.fake_server import FakeServerConfig, serve_in_thread
-from rollout.models.openai_wire import is_context_length_error
+from rollout.models import scripted_tokens as fake_tokens
+from cluster.serving.scripted_server.server import FakeServerConfig, serve_in_thread
+from rollout.wire.chat import is_context_length_error
 from rollout.models.scripted import ScriptedModel
 
 
@@ -196,7 +196,7 @@ def test_a_broken_policy_is_a_counted_500():
 
 
 def test_serve_entry_prints_its_url_and_serves_until_stopped():
-    code = "from rollout.models.fake_server import serve, FakeServerConfig; serve(FakeServerConfig(latency=0.01))"
+    code = "from cluster.serving.scripted_server.server import serve, FakeServerConfig; serve(FakeServerConfig(latency=0.01))"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

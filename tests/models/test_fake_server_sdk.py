@@ -11,9 +11,9 @@ import urllib.request
 import openai
 import pytest
 
-from rollout.models.fake_server import FakeServerConfig, serve_in_thread
+from cluster.serving.scripted_server.server import FakeServerConfig, serve_in_thread
 from rollout.models.scripted import ScriptedModel
-from rollout.models.token_in import assistant_message
+from rollout.models.client.token_in import assistant_message
 
 TOOL_REPLY = {"content": "Listing.", "tool_calls": [{"name": "ls", "arguments": {"path": "src"}},
                                                     {"name": "cat", "arguments": {"file": "a b.py"}}]}

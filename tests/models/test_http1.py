@@ -12,9 +12,9 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from rollout.models.fake_server import FakeServerConfig, fake_server
-from rollout.models.http1 import ConnectionFailed, Http1Pool
-from rollout.models.openai_client import OpenAIModel, OpenAIModelConfig
+from cluster.serving.scripted_server.server import FakeServerConfig, fake_server
+from rollout.models.client.http1 import ConnectionFailed, Http1Pool
+from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
 
 Handler = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]
 """Gets one request (head + body); writes a response; returns False to close the connection."""

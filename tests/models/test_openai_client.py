@@ -13,10 +13,10 @@ import urllib.request
 import pytest
 
 from rollout.errors import ConfigError, ContextLengthExceeded, ModelError, TokenLimitExceeded
-from rollout.models import fake_tokens
-from rollout.models.fake_server import FakeServerConfig, fake_server, serve_in_thread
-from rollout.models.openai_client import OpenAIModel, OpenAIModelConfig
-from rollout.models.openai_wire import parse_retry_after
+from rollout.models import scripted_tokens as fake_tokens
+from cluster.serving.scripted_server.server import FakeServerConfig, fake_server, serve_in_thread
+from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
+from rollout.wire.chat import parse_retry_after
 from rollout.models.scripted import ScriptedModel
 from rollout.protocols import Model
 from rollout.records import RequestMeta
@@ -366,7 +366,7 @@ def test_context_length_rejections_as_vllm_and_sglang_word_them_are_the_token_li
 
 
 def test_a_request_carries_its_session_and_policy_version_and_salts_the_cache_only_when_asked():
-    from rollout.models.openai_client import OpenAIModel
+    from rollout.models.client.model import OpenAIModel
     from rollout.records import RequestMeta
 
     meta = RequestMeta(rollout_id="t#0", task_id="t", policy_version="7")

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
-from envs.runtimes.local_runtime import LocalRuntime, LocalRuntimeConfig
+from envs.runtimes.local import LocalRuntime, LocalRuntimeConfig
 from envs.shell_env import ShellEnvironment
 from rollout.errors import ExitReason
-from rollout.models.fake_server import FakeServerConfig, fake_server
-from rollout.models.openai_client import OpenAIModel
+from cluster.serving.scripted_server.server import FakeServerConfig, fake_server
+from rollout.models.client.model import OpenAIModel
 from rollout.records import RequestMeta, Task
 from rollout.runner import run_rollout
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.models.responses_wire import ResponsesFormatError, chat_request, response_object
+from rollout.wire.responses import ResponsesFormatError, chat_request, response_object
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "weather by city", "strict": True,
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]

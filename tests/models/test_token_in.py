@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rollout.models.token_in import assistant_message
+from rollout.models.client.token_in import assistant_message
 
 
 def test_hermes_blocks_become_tool_calls_and_leave_the_rest_as_content():

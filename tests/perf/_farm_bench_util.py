@@ -220,7 +220,7 @@ class Probe:
 def server_process(latency: float, policy: str = "rollout.models.policies:bash_echo") -> Iterator[tuple[str, int]]:
     """The fake OpenAI-compatible server in its own process (its own core and GIL); yields (url, pid)."""
     code = (
-        "from rollout.models.fake_server import serve, FakeServerConfig; "
+        "from cluster.serving.scripted_server.server import serve, FakeServerConfig; "
         f"serve(FakeServerConfig(latency={latency!r}, policy={policy!r}))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -20,8 +20,8 @@ import time
 from typing import AsyncIterator, Awaitable, Callable
 
 from rollout.gc_tuning import tune_gc
-from rollout.models.openai_client import OpenAIModel, OpenAIModelConfig
-from rollout.models.openai_wire import raise_open_file_limit
+from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
+from rollout.wire.chat import raise_open_file_limit
 from rollout.records import RequestMeta
 
 Rollout = Callable[[int], Awaitable[None]]
@@ -72,7 +72,7 @@ async def openai_sdk(url: str, args: argparse.Namespace) -> AsyncIterator[Rollou
 async def agent_rollouts(url: str, args: argparse.Namespace) -> AsyncIterator[Rollout]:
     """Whole rollouts: the Mini-SWE agent loop (parse, execute on the null runtime, observe) over our client."""
     from agents.swe_agent import MiniSweAgent
-    from envs.runtimes.null_runtime import NullRuntime, NullRuntimeConfig
+    from envs.runtimes.null import NullRuntime, NullRuntimeConfig
     from envs.shell_env import ShellEnvironment
     from rollout.errors import ExitReason
     from rollout.records import Task
@@ -141,7 +141,7 @@ async def measure(variant, url: str, args: argparse.Namespace) -> tuple[float, f
 def server_process(latency: float):
     """The fake server in its own process, so it does not share a core with the client."""
     code = (
-        "from rollout.models.fake_server import serve, FakeServerConfig; "
+        "from cluster.serving.scripted_server.server import serve, FakeServerConfig; "
         f"serve(FakeServerConfig(latency={latency!r}, policy='rollout.models.policies:bash_echo'))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

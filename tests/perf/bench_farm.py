@@ -55,7 +55,7 @@ from _farm_bench_util import (  # beside this file: a script's directory is on s
 )
 
 from rollout.gc_tuning import tune_gc
-from rollout.models.openai_wire import raise_open_file_limit
+from rollout.wire.chat import raise_open_file_limit
 
 PROMPT = "Fix the bug in the repository."
 STEPS = 3
@@ -272,9 +272,9 @@ async def loop_rollouts(url: str, rollouts: int, concurrency: int,
                         latency: float) -> tuple[Usage, list[str], list[str]]:
     """The plain asyncio loop: the same parts as the farm's worker builds, without the farm."""
     from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
-    from envs.runtimes.null_runtime import NullRuntime, NullRuntimeConfig
+    from envs.runtimes.null import NullRuntime, NullRuntimeConfig
     from envs.shell_env import ShellEnvironment
-    from rollout.models.openai_client import OpenAIModel, OpenAIModelConfig
+    from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
     from rollout.records import RequestMeta, Task
     from rollout.runner import run_rollout
 

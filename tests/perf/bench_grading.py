@@ -4,7 +4,7 @@
 
 For each instance (images built first if missing), side by side, one at a time, medians of ``--repeat``:
 
-- grading: ``envs.swe.swe_grading.grade`` of the gold patch in a fresh DockerRuntime of the instance image
+- grading: ``envs.swe.grading.grade.grade`` of the gold patch in a fresh DockerRuntime of the instance image
   (start, then one exec running the snapshot of pytest's configuration, the patch ladder, test reset, test patch,
   canaries and the tests through the pinned launcher; container removed), canaries in place (else it stops);
 - bare: the docker CLI, ``docker run --rm -i --network none <image> bash -c "git apply - && <test_cmd>"``
@@ -26,11 +26,11 @@ import sys
 import tempfile
 import time
 
-from envs.runtimes.docker_runtime import DockerRuntime
+from envs.runtimes.docker.runtime import DockerRuntime
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for
 from envs.images.instance_images import build_instance_images
-from envs.swe.swe_grading import grade
-from envs.swe.swe_mini import build
+from envs.swe.grading.grade import grade
+from envs.swe.mini import build
 
 RUN_ID = "bench-grading"
 TARGET = 1.3

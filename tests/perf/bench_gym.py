@@ -27,7 +27,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--backend", default="local", choices=["local", "ray"])
     args = parser.parse_args()
-    from cluster.farm import RolloutFarm
+    from cluster.farm.rollout_farm import RolloutFarm
     from cluster.gym.agent_app import EpisodeRunner, build_app
     from cluster.gym.config import GymSection
     from envs.resources.calc_server import calc_rows, create_app

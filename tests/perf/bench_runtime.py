@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from envs.runtimes.docker_runtime import DockerRuntime
+from envs.runtimes.docker.runtime import DockerRuntime
 from envs.runtimes.warm_pool import WarmPool
 
 LABELS = ["--label", "rollout-farm.run=bench-runtime"]

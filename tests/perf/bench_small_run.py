@@ -2,7 +2,7 @@
 
     python tests/perf/bench_small_run.py [--rounds 3] [--instances 10] [--no-warmup] [--mini-python PATH]
 
-Both sides run the first ``--instances`` rows of the bundled mini benchmark (``envs.swe.swe_mini``) in their
+Both sides run the first ``--instances`` rows of the bundled mini benchmark (``envs.swe.mini``) in their
 per-instance docker images (``rollout images build``: built first if missing, untimed), two at a time, each in a
 process of its own, timed from its start to its exit, alternating farm and mini-swe-agent round by round:
 
@@ -47,7 +47,7 @@ from pathlib import Path
 from envs.images.base_image import ensure_image
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for
 from envs.images.instance_images import build_instance_images
-from envs.swe.swe_mini import build
+from envs.swe.mini import build
 
 REPO = Path(__file__).resolve().parents[2]
 MINI_VERSION = "2.4.6"

@@ -1,0 +1,111 @@
+"""``rollout images base`` and ``rollout images build DATASET``: build the images rollouts run in, offline.
+``rollout images prune --budget 20G``: remove the least recently used per-instance images beyond a disk budget.
+
+Exit codes: 0 done; 1 an image could not be built (each failure named) or docker failed; 2 bad arguments or dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rollout.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from envs.images.base_image import DEFAULT_BASE_IMAGE, DEFAULT_MIRROR
+
+    parser = argparse.ArgumentParser(prog="rollout images", description="Build container images without a registry.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    base = sub.add_parser("base", help="the base image: Debian + python3, pytest and git, from debootstrap (root)")
+    base.add_argument("--tag", default=DEFAULT_BASE_IMAGE, help=f"image tag (default {DEFAULT_BASE_IMAGE})")
+    base.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+    base.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror to bootstrap from")
+    base.add_argument("--suite", default="bookworm", help="Debian suite")
+    base.add_argument("--workdir", default=None, help="where the temporary rootfs goes (default: the temp dir)")
+
+    build = sub.add_parser("build", help="an image per dataset row with repo_path: the repo at base_commit in /testbed")
+    build.add_argument("dataset", help="JSONL or JSON dataset; repo_path is relative to this file")
+    build.add_argument("--base", default=DEFAULT_BASE_IMAGE, help="image to build FROM (built first if it is the "
+                       "default and missing)")
+    build.add_argument("--parallel", type=int, default=2, help="builds at a time")
+    build.add_argument("--force", action="store_true", help="rebuild images that exist, without the build cache")
+    build.add_argument("--network", action="store_true", help="let install_cmd reach the network during the build")
+    build.add_argument("--allow-outside-paths", action="store_true", help="let repo_path be absolute or lead out of "
+                       "the dataset's directory (refused by default: a dataset must not reach any host path)")
+
+    prune = sub.add_parser("prune", help="remove the least recently used per-instance images beyond a disk budget "
+                           "(never the base image, nor one a container uses)")
+    prune.add_argument("--budget", required=True, help="disk the per-instance images may take, e.g. 20G, 500M")
+    prune.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
+    return parser
+
+
+def cmd_base(args: argparse.Namespace) -> int:
+    from envs.images.base_image import build_base_image
+
+    build_base_image(args.tag, mirror=args.mirror, suite=args.suite, force=args.force, workdir=args.workdir)
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from envs.images.base_image import ensure_image
+    from envs.images.instance_images import build_instance_images
+    from rollout.data.dataset import load_tasks
+
+    if args.parallel < 1:
+        raise ConfigError(f"must be at least 1, got {args.parallel}", "--parallel")
+    from envs.swe.env import check_grading_fields
+
+    # a bad dataset is exit 2, before a minute goes into the base image
+    load_tasks(args.dataset, check_grading_fields, allow_outside_paths=args.allow_outside_paths)
+    ensure_image(args.base)
+    report = build_instance_images(args.dataset, base=args.base, parallelism=args.parallel, force=args.force,
+                                   network=args.network, allow_outside_paths=args.allow_outside_paths)
+    print(f"built {len(report.built)}, skipped {len(report.skipped)} (present), failed {len(report.failed)}"
+          + (f"; {len(report.ignored)} rows name their own image or have no repo_path" if report.ignored else ""))
+    for ident, error in report.failed:
+        print(f"failed: {ident}: {error}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from envs.images.image_gc import format_size, list_instance_images, parse_size, prune_instance_images
+
+    try:
+        budget = parse_size(args.budget)
+    except ValueError as exc:
+        raise ConfigError(str(exc), "--budget") from None
+    removed = prune_instance_images(budget, dry_run=args.dry_run)
+    left = list_instance_images()
+    if args.dry_run:  # nothing was removed: what stays is what is listed minus what would go
+        left = [image for image in left if not set(image.tags) & set(removed)]
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {len(removed)} instance image(s); {len(left)} left, taking "
+          f"{format_size(sum(image.size for image in left))} of the {format_size(budget)} budget")
+    return 0
+
+
+COMMANDS = {"base": cmd_base, "build": cmd_build, "prune": cmd_prune}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and on bad arguments (2); return the code instead
+        return int(exc.code or 0)
+    from envs.images.base_image import ImageError
+
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except ImageError as exc:
+        print(f"image error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
+``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout report RUN``, ``rollout gc``,
+``rollout fake-server``, ``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.cli.serve``),
+``rollout gym collect`` (``GYM``); ``rollout --version``.
+
+Exit codes of ``rollout run``: 0 every rollout has a task outcome; 2 bad config, dataset, a changed run (config
+or dataset rows), a run directory another run is writing, or a check that fails before any work (one line per problem,
+naming its field; nothing written); 3 some rollouts ended ``infra_failed`` for good (the summary gives the first message
+of each error type); 130 interrupted (re-run the same command to resume). ``rollout status`` exits 0 whatever
+the run's state, 2 when no such run exists. ``rollout repair`` exits 0 (also when nothing needed repair), 2 when
+no such run exists or a run is writing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from rollout.errors import ConfigError
+
+EXIT_INFRA_FAILED = 3
+"""``rollout run``'s exit code when some rollouts ended ``infra_failed`` after all their attempts."""
+GYM = {"serve": ("cluster.gym.server:serve_main", "the NeMo-Gym-compatible agent server (/run, /v1/responses)"),
+       "collect": ("cluster.gym.collect:main", "run NeMo Gym rows through the farm into rollouts JSONL; resumable")}
+"""``rollout gym NAME ...``: ``module:function`` that parses and runs NAME's arguments (``function(argv)``), help."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from cluster.cli.version import DIST, package_version
+
+    parser = argparse.ArgumentParser(prog="rollout",
+                                     description="Run LLM-agent rollouts and write resumable run directories.")
+    parser.add_argument("--version", action="version", version=f"{DIST} {package_version()}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a dataset through an agent; re-running resumes")
+    run.add_argument("items", nargs="+", metavar="CONFIG|key=value",
+                     help="config files (merged in order), then key.path=value overrides")
+    run.add_argument("--new-run", action="store_true",
+                     help="start over even if the stored run's config differs (old files are kept aside)")
+    run.add_argument("--retry-infra", action="store_true",
+                     help="run again the rollouts whose infrastructure failures used up their attempts")
+    run.add_argument("--address", default=None,
+                     help="Ray cluster to run on (same as farm.address; default $RAY_ADDRESS, else an embedded one)")
+    run.add_argument("--local", action="store_true",
+                     help="run the rollouts in this process instead of on Ray (same as farm.backend=local)")
+    run.add_argument("--web", action="store_true", help="serve the run's live page while it runs (prints its URL)")
+    run.add_argument("--web-host", default="127.0.0.1", help="the live page's interface (default 127.0.0.1; "
+                     "any other needs a token)")
+    run.add_argument("--web-port", type=int, default=0, help="the live page's port (default: a free one)")
+    run.add_argument("--web-token", default=None, help="the live page's token (default: made when bound wider)")
+
+    status = sub.add_parser("status", help="what a run is doing: progress, in-flight rollouts, stalled ones")
+    status.add_argument("run", metavar="RUN_DIR_OR_RUN_ID", help="a run directory, or a run id under $ROLLOUT_HOME")
+    status.add_argument("--stall", type=float, default=60.0, metavar="SECONDS",
+                        help="flag in-flight rollouts without progress for this long as STALLED (default 60)")
+    status.add_argument("--watch", action="store_true", help="redraw every 2 seconds until the run is over")
+    status.add_argument("--web", action="store_true", help="serve a live page of the run (charts too); print its URL")
+    status.add_argument("--host", default="127.0.0.1", help="with --web: interface to listen on (default 127.0.0.1; "
+                        "any other needs a token)")
+    status.add_argument("--port", type=int, default=0, help="with --web: port to listen on (default 0: a free one)")
+    status.add_argument("--token", default=None, help="with --web: the token the page asks for (default: one is "
+                        "generated when --host is not local)")
+
+    repair = sub.add_parser("repair", help="move damaged lines of a run's results.jsonl to results.bad.jsonl")
+    repair.add_argument("run", metavar="RUN_DIR_OR_RUN_ID", help="a run directory, or a run id under $ROLLOUT_HOME")
+
+    images = sub.add_parser("images", help="build container images offline: the base image, per-instance images",
+                            add_help=False)
+    images.add_argument("rest", nargs=argparse.REMAINDER, help="base [--tag T] [--force] | build DATASET [...]")
+
+    sub.add_parser("eval", help="grade a predictions file against a SWE dataset (rollout eval --help)", add_help=False)
+    sub.add_parser("serve", help="deploy a config's serve section on Ray Serve; print its base URL", add_help=False)
+    sub.add_parser("models", help="rollout models tiny DIR: the tiny CPU model", add_help=False)
+    sub.add_parser("gym", help="NeMo Gym's contract: " + ", ".join(GYM), add_help=False)
+    sub.add_parser("report", help="write a run's report.html and summary.png again (rollout report --help)",
+                   add_help=False)
+    sub.add_parser("metrics", help="rollout metrics scrape-config: a Prometheus config for the farm's metrics",
+                   add_help=False)
+
+    gc = sub.add_parser("gc", help="remove containers left behind by dead runs (labelled rollout-farm.run)")
+    gc.add_argument("--run", dest="run_id", default=None, help="only this run id")
+    gc.add_argument("--older-than", default=None, help="only containers older than this, e.g. 30m, 2h, 1d")
+    gc.add_argument("--engine", choices=["docker", "podman"], default="docker",
+                    help="container engine to look in (default docker)")
+    gc.add_argument("--force", action="store_true", help="also remove containers of processes still alive")
+
+    fake = sub.add_parser("fake-server", help="serve scripted policies as an OpenAI-compatible endpoint")
+    fake.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0: all)")
+    fake.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    fake.add_argument("--policy", default="echo", help="short name or dotted path of a scripted policy")
+    fake.add_argument("--latency", type=float, default=0.0, help="seconds per completion")
+    fake.add_argument("--dataset", default=None, help="JSONL tasks the policy may look up by task id")
+    fake.add_argument("--model", default="scripted", help="model name reported by the server")
+    return parser
+
+
+def split_items(items: list[str]) -> tuple[list[str], list[str]]:
+    paths = [i for i in items if "=" not in i]
+    overrides = [i for i in items if "=" in i]
+    if not paths:
+        raise ConfigError("give at least one config file", "CONFIG")
+    return paths, overrides
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cluster.run import job as jobs
+    from rollout.gc_tuning import tune_gc
+
+    paths, overrides = split_items(args.items)
+    if args.address:
+        overrides.append(f"farm.address={args.address}")
+    if args.local:
+        overrides.append("farm.backend=local")
+    job = jobs.prepare(paths, overrides, new_run=args.new_run, retry_infra=args.retry_infra)
+    if args.web:
+        job.web = {"host": args.web_host, "port": args.web_port, "token": args.web_token}
+    tune_gc()
+    try:
+        summary = asyncio.run(jobs.execute(job))
+    except KeyboardInterrupt:
+        print(f"interrupted; finished rollouts are in {job.run_dir}; run the same command to resume",
+              file=sys.stderr)
+        return 130
+    finally:
+        job.store.close()
+    failed = summary["rollouts"]["infra_failed"]
+    if failed:
+        # `ray job submit` and CI see a run that did not do its work as failed, not as success
+        print(f"{failed} rollout(s) failed on infrastructure for good (see the summary; --retry-infra runs them "
+              "again)", file=sys.stderr)
+        return EXIT_INFRA_FAILED
+    return 0
+
+
+def _existing_run_dir(run: str):
+    """The run directory ``run`` names, or None after saying why there is none."""
+    from cluster.cli import status
+
+    try:
+        return status.find_run_dir(run)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return None
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from rollout.store.run_dir import RunStore
+
+    run_dir = _existing_run_dir(args.run)
+    if run_dir is None:
+        return 2
+    with RunStore(run_dir) as store:
+        done = store.repair()
+    if not done["moved"]:
+        print(f"{store.results_path}: all {done['kept']} line(s) are results; nothing to repair")
+        return 0
+    for line, why in done["moved"]:
+        print(f"line {line}: {why}")
+    print(f"moved {len(done['moved'])} line(s) to {store.bad_path}; kept {done['kept']}; "
+          "re-run the run's command to run their rollouts again")
+    return 0
+
+
+def cmd_fake_server(args: argparse.Namespace) -> int:
+    from cluster.names import POLICIES
+    from cluster.serving.scripted_server.server import FakeServerConfig, serve
+
+    serve(FakeServerConfig(host=args.host, port=args.port, policy=POLICIES.resolve(args.policy),
+                           latency=args.latency, dataset=args.dataset, model=args.model))
+    return 0
+
+
+def gym_main(argv: list[str]) -> int:
+    """``rollout gym NAME ...``: NAME's function parses the rest (``GYM``)."""
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="rollout gym", description="NeMo Gym's contract on the farm.")
+    sub = parser.add_subparsers(dest="name", required=True)
+    for name, (_, text) in GYM.items():
+        sub.add_parser(name, help=text, add_help=False)
+    module, function = GYM[parser.parse_args(argv[:1]).name][0].split(":")
+    try:
+        return getattr(importlib.import_module(module), function)(argv[1:])
+    except ConfigError as exc:
+        return config_failure(exc)
+
+
+def config_failure(exc: ConfigError) -> int:
+    """One line per problem on stderr; exit code 2."""
+    for line in str(exc).splitlines() or [""]:
+        print(f"config error: {line}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["images"]:  # its own argument parser, options included
+        from cluster.cli import images as images_cli
+
+        return images_cli.main(argv[1:])
+    if argv[:1] == ["gym"]:
+        return gym_main(argv[1:])
+    if argv[:1] in (["serve"], ["models"]):
+        from cluster.cli import serve as serve_cli
+
+        try:
+            return (serve_cli.serve_main if argv[0] == "serve" else serve_cli.models_main)(argv[1:])
+        except ConfigError as exc:
+            return config_failure(exc)
+    if argv[:1] == ["eval"]:
+        from cluster.cli import eval as eval_cli
+
+        return eval_cli.main(argv[1:])
+    if argv[:1] in (["report"], ["metrics"]):
+        from cluster.cli import metrics as metrics_cli
+        from cluster.cli import report
+
+        return (report.main if argv[0] == "report" else metrics_cli.main)(argv[1:])
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "run" and not any(e.startswith("-") for e in extra):
+        args.items += extra  # CONFIG and key=value items may also follow an option (--address X a=b)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "status":
+            from cluster.cli import status
+
+            return status.command(args)
+        if args.command == "repair":
+            return cmd_repair(args)
+        if args.command == "gc":
+            from envs.runtimes.docker.containers import run_gc
+
+            return run_gc(args.run_id, args.older_than, args.engine, args.force)
+        return cmd_fake_server(args)
+    except ConfigError as exc:
+        return config_failure(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""What a run finds on its host before it starts: whether a docker daemon answers (``runtime: auto``), and the
+containers a dead earlier attempt of the same run left behind."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+
+def docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+        return True
+    except Exception:  # noqa: BLE001 - no SDK, no daemon, no permission: all mean "not here"
+        return False
+
+
+def resolve_auto_runtimes(raw: dict[str, Any]) -> list[str]:
+    """``runtime: {type: auto, ...}``: docker when a daemon answers, else the local runtime; says which
+    and why. Keys of the section that the chosen runtime does not have are dropped."""
+    sections = [("runtime", raw)] + [(f"profiles.{n}.runtime", p) for n, p in (raw.get("profiles") or {}).items()
+                                     if isinstance(p, dict)]
+    notes = []
+    for where, holder in sections:
+        section = holder.get("runtime")
+        if not isinstance(section, dict) or section.get("type") != "auto":
+            continue
+        chosen, why = ("docker", "a docker daemon answers") if docker_answers() else (
+            "local", "no docker daemon answers; commands run in a local workspace")
+        options = {k: v for k, v in section.items() if k != "type"}
+        holder["runtime"] = {"type": chosen, **options.get(chosen, {})}
+        notes.append(f"{where}: {chosen} ({why})")
+    return notes
+
+
+def reap_leftovers(run_id: str, engines: set[str], out: TextIO) -> None:
+    """Containers an earlier, dead attempt of this run left behind (a SIGKILL skips every cleanup)."""
+    from envs.runtimes.docker.containers import remove_leftovers
+
+    for engine in sorted(engines):
+        removed = remove_leftovers(run_id, engine)
+        if removed:
+            print(f"removed {len(removed)} {engine} container(s) left by an earlier attempt of {run_id}",
+                  file=out, flush=True)

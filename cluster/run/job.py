@@ -1,0 +1,250 @@
+"""A run job: config → validated parts → run directory → resumable execution → summary.
+
+``prepare`` does every check that can fail (config, dataset, components, runtime permissions, model
+reachability, stored run) before any rollout starts; ``execute`` runs what the plan says is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, TextIO
+
+from cluster.run import preflight
+from cluster.backends.choose import open_backend
+from cluster.compose import Composer
+from cluster.serving.scripted_server.for_runs import joins_cluster, start_demo_server
+from cluster.run.driver import Driver
+from cluster.run.host_checks import reap_leftovers, resolve_auto_runtimes
+from cluster.run.config import RunConfig
+from cluster.run.home import resolve_run_dir
+from cluster.serving.config import scripted_in_process
+from cluster.run.swe_outputs import model_name, write_swe_outputs
+from rollout.config.load import load_config, validate
+from rollout.errors import ConfigError
+from rollout.data.dataset import load_tasks, row_hash, select
+from rollout.store.manifest import build_manifest
+from rollout.records import RolloutResult, Task
+from rollout.registry import Registry
+from rollout.store.resume import Plan
+from rollout.store.run_dir import RunStore
+from rollout.store.summary import format_table, summarize
+from cluster.workers.startup import FIRST_CALL, StartupClock, first_model_call, release_own_cluster
+
+
+@dataclass
+class Job:
+    config: RunConfig
+    raw: dict[str, Any]
+    run_id: str
+    run_dir: Path
+    dataset_path: Path
+    tasks: list[Task]
+    composer: Composer
+    store: RunStore
+    plan: Plan
+    out: TextIO = field(default=sys.stderr)
+    clock: StartupClock = field(default_factory=StartupClock)
+    """The start-up's parts, from the job's start to the first model call (the summary's ``startup``)."""
+    owns_cluster: bool = False
+    """The job started its Ray cluster (embedded, local): it stops it once the rollouts are done."""
+
+
+def prepare(
+    paths: list[str],
+    overrides: list[str] = (),
+    *,
+    new_run: bool = False,
+    retry_infra: bool = False,
+    out: TextIO = sys.stderr,
+) -> Job:
+    clock = StartupClock()
+    clock.begin("config")
+    raw = load_config(paths, list(overrides))
+    notes = resolve_auto_runtimes(raw)
+    config = validate(RunConfig, raw)
+    preflight.check_serve(config)  # as written: --local hands a scripted app's policy to the in-process server
+    if in_process := scripted_in_process(raw, config):
+        notes.append(in_process)
+        config = validate(RunConfig, raw)
+    if config.farm.backend == "ray":
+        from cluster.backends.choose import ray_available
+
+        ray_available()  # before any work: a missing extra is a config problem, named as such
+    run_id = config.run_id or Path(paths[0]).stem
+    composer = Composer(config)
+    clock.end("config")
+    clock.begin("dataset")
+    dataset_path = dataset_file(config.dataset, paths[0])
+    tasks = load_tasks(dataset_path, composer.row_check(), allow_outside_paths=config.dataset.allow_outside_paths)
+    tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
+    composer.bind_tasks(tasks)
+    preflight.check(config, composer, tasks)  # before the run directory: a run that cannot work writes nothing
+    run_dir = resolve_run_dir(config, run_id)
+    resolved = config.model_dump(mode="json")
+    resolved["dataset"]["path"] = str(dataset_path)
+    seeds = {"base": config.run.seed, "per_sample": "base + sample_index"}
+    store = RunStore(run_dir)
+    rows = {t.task_id: row_hash(t) for t in tasks}
+    store.open(resolved, build_manifest(resolved, dataset_path, seeds, rows), new_run=new_run)
+    plan = store.plan(tasks, config.run.samples, config.run.max_attempts, retry_infra)
+    damaged = store.describe_bad_lines()
+    for note in notes + ([damaged] if damaged else []):
+        print(note, file=out, flush=True)
+    clock.end("dataset")
+    return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out, clock)
+
+
+def dataset_file(dataset: Any, config_path: str) -> Path:
+    """The dataset section's file: relative to the config file, (re)generated first when it names a generator."""
+    path = Path(dataset.path).expanduser()
+    if dataset.path.startswith("hf://"):
+        return dataset.path  # a hub dataset: no file to resolve
+    if not path.is_absolute():
+        path = (Path(config_path).resolve().parent / path).resolve()
+    if dataset.generate:
+        generate = Registry("dataset generator", {}).load(dataset.generate, field="dataset.generate")
+        path = Path(generate(path.parent))
+    return path
+
+
+async def execute(job: Job) -> dict[str, Any]:
+    """Run what is left of the job; write and return summary.json's content."""
+    say = lambda text: print(text, file=job.out, flush=True)  # noqa: E731
+    say(f"run directory: {job.run_dir}")
+    say(f"plan: {job.plan.describe()}")
+    from cluster.web.live_page import open_for_run
+
+    page = open_for_run(getattr(job, "web", None), job.run_dir, say)
+    try:
+        return await _execute(job, say)
+    finally:
+        if page is not None:
+            page.stop()
+
+
+async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
+    server = served = None
+    finished: list[RolloutResult] = []
+    t0 = time.perf_counter()
+    try:
+        if job.plan.todo:
+            base_url = None
+            if job.config.fake_server is not None:
+                server = await start_demo_server(job.config.fake_server, dataset=job.dataset_path,
+                                                 remote=joins_cluster(job.config.farm))
+                base_url = server.url
+                say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
+            backend, served, close_backend = await open_farm(job, base_url)
+            driver = Driver(
+                backend, job.store, job.plan,
+                run_id=job.run_id, concurrency=job.config.run.concurrency, base_seed=job.config.run.seed,
+                progress_interval=job.config.run.progress_interval,
+                write_trajectories=job.config.output.trajectories, out=job.out,
+            )
+            job.clock.begin(FIRST_CALL)
+            try:
+                finished = await driver.run()
+            finally:  # the workers and the model's app go down side by side
+                stopping, served = served, None
+                stops = [close_backend()] + ([asyncio.to_thread(stopping.stop, False)] if stopping is not None else [])
+                closed = await asyncio.gather(*stops, return_exceptions=True)
+                for error in (c for c in closed if isinstance(c, BaseException)):
+                    raise error
+        else:
+            reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
+            say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
+            mark_live_finished(job.run_dir)
+    finally:
+        from envs.runtimes.warm_pool import close_all
+
+        await close_all()
+        if server is not None:
+            await server.stop()
+        if served is not None:
+            await asyncio.to_thread(served.stop)
+        job.store.close_results()
+    releasing = asyncio.ensure_future(release_own_cluster(job))  # down while the outputs are written
+    wall = time.perf_counter() - t0
+    summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
+                        wall_seconds=wall, ran=len(finished), startup=job.clock.split(first_model_call(finished)))
+    summary["run_id"] = job.run_id
+    summary["run_dir"] = str(job.run_dir)
+    swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw))
+    if swe is not None:
+        summary["swe"] = {k: swe[k] for k in ("total_instances", "submitted_instances", "completed_instances",
+                                              "resolved_instances", "unresolved_instances", "empty_patch_instances",
+                                              "error_instances") if k in swe}
+    from cluster.cli.report import write_for_run
+
+    write_for_run(job.run_dir, summary, say)
+    job.store.write_summary(summary)
+    job.store.close()  # the run's last write: another run may take the directory now
+    print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr
+    say(f"run directory: {job.run_dir}")
+    await releasing
+    return summary
+
+
+def start_served_model(job: Job, connected: bool = False) -> Any:
+    """The run's ``serve`` section deployed on its Ray cluster (joined or started here first, unless ``connected``);
+    blocks until it answers."""
+    from cluster.serving import apps
+    from cluster.session.connect import connect
+
+    section, farm = job.config.serve, job.config.farm
+    model_id = section.served_name(job.config.model)
+    if section.app != "endpoint" and not connected:  # on this thread: Ray wants the main one
+        connect(farm.address, num_cpus=apps.cluster_cpus(section, farm.num_cpus), dashboard=farm.dashboard,
+                out=job.out)
+    try:
+        return apps.start(section, model_id, base_url=job.config.model.get("base_url"),
+                          dataset=str(job.dataset_path), out=job.out)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot start: say so in one line, run nothing
+        last = str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else ""
+        raise ConfigError(f"the {section.app} application did not start: {type(exc).__name__}: {last}",
+                          "serve") from None
+
+
+def mark_live_finished(run_dir: Path) -> None:
+    """A live.json left by a killed earlier session says the run is over once nothing is left to do."""
+    from cluster.run import live
+
+    try:
+        doc = live.read_live(run_dir)
+    except (FileNotFoundError, ValueError):
+        return
+    if doc.get("state") != live.FINISHED:
+        doc.update(state=live.FINISHED, in_flight=[], updated_at=time.time())
+        live.write_live(run_dir, doc)
+
+
+async def open_farm(job: Job, base_url: str | None) -> tuple[Any, Any, Callable[[], Awaitable[None]]]:
+    """The backend, the run's served model (``serve``; None without one) and how to close the backend. On Ray the
+    model deploys while the workers start (``cluster.workers.startup``); the local backend starts after it."""
+    if job.config.farm.backend == "ray":
+        from cluster.workers.startup import start_ray_farm
+
+        start_model = (lambda: start_served_model(job, connected=True)) if job.config.serve is not None else None
+        backend, served = await start_ray_farm(job, base_url, start_model)
+        return backend, served, backend.close
+    reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
+    served = None
+    if job.config.serve is not None:
+        with job.clock.span("serve"):
+            served = start_served_model(job)
+        base_url = served.base_url
+    try:
+        backend, close = await open_backend(job, base_url)
+    except BaseException:
+        if served is not None:
+            await asyncio.to_thread(served.stop)
+        raise
+    return backend, served, close
+
+
+def _k_values(samples: int) -> tuple[int, ...]:
+    return tuple(sorted({1, samples})) if samples > 1 else (1,)

@@ -1,0 +1,187 @@
+"""ApptainerRuntime: one apptainer/singularity instance per rollout, driven through its CLI, a host directory
+bound in."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import posixpath
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from envs.runtimes.docker import containers
+from envs.runtimes.apptainer.argv import exec_argv, start_argv, stop_argv  # noqa: F401 - re-exported
+from envs.runtimes.host_files import read_host_file, write_host_file
+from envs.images.apptainer_images import ensure_sif, find_binary
+from envs.runtimes.process import failure_reason, kill_group, run_capped
+from envs.runtimes.apptainer.config import ApptainerRuntimeConfig
+from rollout.config.load import coerce
+from rollout.errors import ContainerStartError, RuntimeFailure
+from rollout.protocols import ExecResult
+
+_CONTROL_CAP = 1 << 20
+"""Output kept from instance start/stop commands (only their tail is ever shown)."""
+_TAIL = 2000
+
+
+class ApptainerRuntime:
+    """One ``instance`` per rollout; each command an ``exec`` into it. The per-rollout host directory is
+    bound in, so files under it are read and written on the host; other paths go through ``exec``."""
+
+    def __init__(self, config: ApptainerRuntimeConfig | Mapping[str, Any] | None = None, *, run_id: str | None = None):
+        self.config = coerce(ApptainerRuntimeConfig, config, prefix="runtime")
+        prefix = re.sub(r"[^A-Za-z0-9._-]+", "-", run_id or "")[:32].strip("-.")
+        self.name = f"rollout-{prefix + '-' if prefix else ''}{uuid.uuid4().hex[:12]}"
+        """The instance name: predictable prefix (run id) so an operator can find and stop leftovers."""
+        self.binary: str | None = None
+        self.workspace: str | None = None
+        self._started = False
+        self._closed = False
+        self._running: set[int] = set()  # process groups of CLI processes in flight, killed on close()
+
+    @classmethod
+    def from_config(cls, config: ApptainerRuntimeConfig | Mapping[str, Any], **deps: Any) -> ApptainerRuntime:
+        return cls(config, run_id=deps.get("run_id"))
+
+    @property
+    def workdir(self) -> str:
+        return self.config.workdir
+
+    async def start(self) -> None:
+        if self._closed:
+            raise RuntimeFailure("ApptainerRuntime.start() after close()", retryable=False)
+        if self._started:
+            return
+        binary = find_binary(self.config.binary)
+        sif = await ensure_sif(binary, self.config.image, self.config.cache_dir, self.config.build_timeout)
+        try:
+            if self.config.workspace_root:
+                os.makedirs(self.config.workspace_root, exist_ok=True)
+            workspace = tempfile.mkdtemp(prefix="rollout-apptainer-", dir=self.config.workspace_root)
+        except OSError as exc:
+            raise ContainerStartError(f"cannot create a workspace: {exc}") from exc
+        self.binary, self.workspace = binary, workspace
+        containers.track_other(self.name, functools.partial(
+            _stop_instance, binary, self.name, workspace if not self.config.keep_workspace else None))
+        ran = await run_capped(
+            start_argv(self.config, sif, self.name, workspace, binary),
+            timeout=self.config.start_timeout,
+            max_output_bytes=_CONTROL_CAP,
+        )
+        if self._closed or ran.returncode != 0 or ran.timed_out:
+            await self._teardown()
+            if self._closed:
+                raise RuntimeFailure("ApptainerRuntime was closed while starting")
+            raise ContainerStartError(
+                f"instance start of {self.config.image} failed ({failure_reason(ran)}): {ran.output[-_TAIL:]}"
+            )
+        self._started = True
+
+    async def exec(
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        self._check_open()
+        limit = max(self.config.timeout if timeout is None else timeout, 0.001)  # `timeout 0` would mean no limit
+        pwd = posixpath.normpath(posixpath.join(self.config.workdir, cwd)) if cwd else self.config.workdir
+        argv = exec_argv(self.config, self.name, command, timeout=limit, pwd=pwd, env=env, binary=self.binary)
+        # The host deadline only catches a hung CLI: the in-container `timeout` normally ends the command first.
+        host_limit = limit + self.config.kill_grace + self.config.host_grace
+        ran = await run_capped(
+            argv, timeout=host_limit, max_output_bytes=self.config.max_output_bytes, running=self._running,
+            stdin=stdin,
+        )
+        if self._closed:
+            raise RuntimeFailure("ApptainerRuntime was closed while the command ran")
+        if ran.returncode == 255 and "no instance found" in ran.output:
+            raise RuntimeFailure(f"apptainer instance {self.name} is gone: {ran.output[-_TAIL:]}")
+        fired = ran.returncode in (124, 128 + signal.SIGKILL) and ran.duration >= limit  # `timeout`'s exit codes
+        return ran.model_copy(update={"timed_out": ran.timed_out or fired})
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (relative to ``workdir``, or absolute in the container), creating parents."""
+        inside, host = self._locate(path)
+        if host is not None:
+            return await asyncio.to_thread(write_host_file, host, bytes(data))
+        staged, staged_inside = self._staging()
+        await asyncio.to_thread(write_host_file, staged, bytes(data))
+        try:
+            q = shlex.quote
+            result = await self.exec(f"mkdir -p {q(posixpath.dirname(inside))} && cat {q(staged_inside)} > {q(inside)}")
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
+        if result.returncode != 0:
+            raise OSError(f"cannot write {inside} in the container: {result.output[-_TAIL:]}")
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes at ``path``; ``FileNotFoundError`` if there is none."""
+        inside, host = self._locate(path)
+        if host is not None:
+            return await asyncio.to_thread(read_host_file, host)
+        staged, staged_inside = self._staging()
+        try:
+            q = shlex.quote
+            result = await self.exec(f"test -e {q(inside)} || exit 3; cat {q(inside)} > {q(staged_inside)}")
+            if result.returncode == 3:
+                raise FileNotFoundError(f"{inside}: no such file in the container")
+            if result.returncode != 0:
+                raise OSError(f"cannot read {inside} in the container: {result.output[-_TAIL:]}")
+            return await asyncio.to_thread(read_host_file, staged)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for pgid in list(self._running):
+            kill_group(pgid)
+        if self.binary is not None:  # a start was attempted: the instance may exist even if start failed
+            await self._teardown()
+
+    async def _teardown(self) -> None:
+        with contextlib.suppress(RuntimeFailure):
+            await run_capped(stop_argv(self.binary, self.name), timeout=60.0, max_output_bytes=_CONTROL_CAP)
+        containers.untrack_other(self.name)
+        if self.workspace is not None and not self.config.keep_workspace:
+            await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeFailure("ApptainerRuntime is closed")
+        if not self._started:
+            raise RuntimeFailure("ApptainerRuntime used before start()", retryable=False)
+
+    def _locate(self, path: str) -> tuple[str, str | None]:
+        """The container path, and its host path when it lies in the bound workspace."""
+        self._check_open()
+        inside = posixpath.normpath(posixpath.join(self.config.workdir, path))
+        mount = self.config.workspace_mount or self.config.workdir
+        if inside == mount or inside.startswith(mount.rstrip("/") + "/"):
+            return inside, os.path.join(self.workspace, posixpath.relpath(inside, mount))
+        return inside, None
+
+    def _staging(self) -> tuple[str, str]:
+        name = f".rollout-io-{uuid.uuid4().hex}"
+        return os.path.join(self.workspace, name), posixpath.join(
+            self.config.workspace_mount or self.config.workdir, name
+        )
+
+
+def _stop_instance(binary: str, name: str, workspace: str | None) -> None:
+    """Stop an instance a crash or a missed close() left running, and remove its host directory (at exit)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(stop_argv(binary, name), check=False, capture_output=True, timeout=30)
+    if workspace:
+        shutil.rmtree(workspace, ignore_errors=True)

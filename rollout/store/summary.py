@@ -1,0 +1,167 @@
+"""Run summaries: reward mean, pass@k, resolved rate, outcome counts (infrastructure failures apart); the live
+status line is ``rollout.store.progress`` (its names are importable from here too).
+
+A rollout *succeeds* when its reward is at least ``success_threshold`` (default 1.0: binary
+tasks such as SWE-bench, where 1.0 means resolved). Infrastructure failures are never scored:
+they stay out of the reward mean and out of pass@k, and are counted on their own.
+"""
+
+from __future__ import annotations
+
+from math import comb
+from typing import Any, Iterable
+
+from rollout.store.progress import Progress, ProgressDisplay, count_by, format_progress
+from rollout.records import RolloutResult
+from rollout.store.resume import latest_per_key
+
+__all__ = ["Progress", "ProgressDisplay", "format_progress", "format_startup", "format_table", "pass_at_k",
+           "summarize"]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one task with ``n`` scored samples, ``c`` of them successes: 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def summarize(
+    results: Iterable[RolloutResult],
+    k_values: Iterable[int] = (1,),
+    success_threshold: float = 1.0,
+    wall_seconds: float | None = None,
+    ran: int | None = None,
+    startup: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Numbers for summary.json over the latest result per (task, sample).
+
+    pass@k averages the per-task estimate over tasks with at least k scored samples (tasks
+    with fewer are left out, and ``pass_at_k_tasks`` says how many counted). ``resolved_rate``
+    is the share of scored tasks with any success; ``resolved_of_all`` divides by every task,
+    counting tasks that only ever failed on infrastructure as unresolved. Throughput is ``ran``
+    (the rollouts finished during ``wall_seconds``; default: all given) per wall second, so a
+    resumed run does not count what an earlier session did. ``startup`` (the seconds before the first model call,
+    split by part: ``{"seconds", "parts": {name: seconds}, "side_by_side": [names]}``) is kept as given.
+    """
+    latest = latest_per_key(results)
+    completed = [r for r in latest if r.status == "completed"]
+    failed = [r for r in latest if r.status != "completed"]
+    rewards = [r.reward if r.reward is not None else 0.0 for r in completed]
+
+    per_task: dict[str, list[bool]] = {}
+    for r in latest:
+        per_task.setdefault(r.task_id, [])
+    for r, reward in zip(completed, rewards):
+        per_task[r.task_id].append(reward >= success_threshold)
+    scored = {t: s for t, s in per_task.items() if s}
+    resolved = sum(any(s) for s in scored.values())
+
+    pass_k: dict[str, float | None] = {}
+    pass_k_tasks: dict[str, int] = {}
+    for k in sorted(set(k_values)):
+        eligible = [s for s in scored.values() if len(s) >= k]
+        pass_k[str(k)] = _mean([pass_at_k(len(s), sum(s), k) for s in eligible])
+        pass_k_tasks[str(k)] = len(eligible)
+
+    prompt_tokens = sum(r.usage.prompt_tokens for r in latest)
+    completion_tokens = sum(r.usage.completion_tokens for r in latest)
+    return {
+        "rollouts": {"total": len(latest), "completed": len(completed), "infra_failed": len(failed)},
+        "tasks": {"total": len(per_task), "scored": len(scored), "resolved": resolved},
+        "success_threshold": success_threshold,
+        "reward_mean": _mean(rewards),
+        "success_rate": _mean([reward >= success_threshold for reward in rewards]),
+        "pass_at_k": pass_k,
+        "pass_at_k_tasks": pass_k_tasks,
+        "resolved_rate": resolved / len(scored) if scored else None,
+        "resolved_of_all": resolved / len(per_task) if per_task else None,
+        "exit_reasons": count_by(r.exit_reason.value for r in completed),
+        "infra_failures": {
+            "by_exit_reason": count_by(r.exit_reason.value for r in failed),
+            "by_error_type": count_by(r.error.type if r.error else "unknown" for r in failed),
+            "first_message_by_error_type": _first_messages(failed),
+        },
+        "steps_mean": _mean([_num_steps(r) for r in completed]),
+        "tokens": {
+            "prompt": prompt_tokens,
+            "completion": completion_tokens,
+            "total": sum(r.usage.total_tokens for r in latest),
+            "completion_mean": completion_tokens / len(latest) if latest else None,
+        },
+        "wall_seconds": wall_seconds,
+        "rollouts_per_second": (len(latest) if ran is None else ran) / wall_seconds if wall_seconds else None,
+        "startup": startup,
+    }
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """A compact plain-text view of ``summarize``'s output for the terminal."""
+    ro, tasks = summary["rollouts"], summary["tasks"]
+    rows = [
+        ("rollouts", f"{ro['total']}  (completed {ro['completed']}, infra_failed {ro['infra_failed']})"),
+        ("tasks", f"{tasks['total']}  (scored {tasks['scored']}, resolved {tasks['resolved']})"),
+        ("reward mean", _num(summary["reward_mean"])),
+    ]
+    for k, value in summary["pass_at_k"].items():
+        rows.append((f"pass@{k}", f"{_num(value)}  over {summary['pass_at_k_tasks'][k]} tasks"))
+    rows.append(("resolved rate", _num(summary["resolved_rate"])))
+    rows.append(("exit reasons", _pairs(summary["exit_reasons"])))
+    infra = summary["infra_failures"]
+    rows.append(("infra failures", _pairs(infra["by_exit_reason"]) + _types(infra["by_error_type"])))
+    for kind, message in (infra.get("first_message_by_error_type") or {}).items():
+        rows.append(("", f"{kind}: {_one_line(message)}"))
+    rows.append(("steps mean", _num(summary["steps_mean"], 1)))
+    rows.append(("tokens", f"{summary['tokens']['total']}"))
+    if summary.get("rollouts_per_second"):
+        rate = f"{summary['rollouts_per_second']:.2f} rollouts/s over {summary['wall_seconds']:.0f}s"
+        rows.append(("throughput", rate))
+    if summary.get("startup"):
+        rows.append(("start-up", format_startup(summary["startup"])))
+    if summary.get("report"):
+        rows.append(("report", "  ".join(p for p in summary["report"].values() if p)))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def format_startup(startup: dict[str, Any]) -> str:
+    """``6.1s to the first model call: ray 2.3, serve 1.9, workers 0.8 (side by side: serve, workers)``."""
+    parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in startup.get("parts", {}).items())
+    together = startup.get("side_by_side") or []
+    return (f"{startup['seconds']:.1f}s to the first model call" + (f": {parts}" if parts else "")
+            + (f" (side by side: {', '.join(together)})" if together else ""))
+
+
+def _num_steps(r: RolloutResult) -> int:
+    # A results.jsonl line (StoredResult) has no trajectory but remembers how many steps it had.
+    return len(r.trajectory.steps) or getattr(r, "num_steps", 0)
+
+
+def _first_messages(failed: list[RolloutResult]) -> dict[str, str]:
+    """The first message of each error type (what a user needs to see why a run did nothing, not only counts)."""
+    first: dict[str, str] = {}
+    for r in failed:
+        kind = r.error.type if r.error else "unknown"
+        first.setdefault(kind, r.error.message if r.error else f"no error recorded ({r.exit_reason.value})")
+    return first
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _mean(values: list[float] | list[bool]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pairs(counts: dict[str, int]) -> str:
+    return "  ".join(f"{k}={v}" for k, v in counts.items()) or "none"
+
+
+def _types(counts: dict[str, int]) -> str:
+    return f"  (types: {', '.join(f'{k}={v}' for k, v in counts.items())})" if counts else ""
