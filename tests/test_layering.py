@@ -1,5 +1,7 @@
 """The layers hold: rollout/ (the core) imports nothing from envs, agents, cluster or ray, directly or by a string
-naming a module; envs and agents never import each other; only cluster/ imports ray."""
+naming a module; envs and agents never import each other; only cluster/ imports ray. And the folders stay readable:
+each README names every module of its folder and no module that is gone, no folder holds more than 12 modules, no
+module is over 250 lines."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rollout", "agents", "envs", "cluster")
+SIZED = (*PACKAGES, "examples", "tests")  # package folders whose size is capped (modules per folder)
+MAX_MODULES_PER_FOLDER = 12  # __init__.py counts
+MAX_LINES_PER_MODULE = 250
 MODULE_STRING = re.compile(r"^(?P<top>envs|agents|cluster|ray)(\.[A-Za-z_][\w.]*)?(:\w+)?$")
 
 
@@ -63,12 +68,55 @@ def test_the_checker_sees_imports_and_module_strings(tmp_path):
         ("envs", "import"), ("agents", "import"), ("cluster", "string")]
 
 
-def test_every_file_is_named_in_its_folders_readme():
+def folders(top: str) -> list[Path]:
+    """``top`` and every folder under it, without caches and hidden folders."""
+    below = [path for path in (ROOT / top).rglob("*") if path.is_dir()]
+    hidden = (".", "__pycache__")
+    return [ROOT / top, *sorted(path for path in below
+                                if not any(part.startswith(hidden) for part in path.relative_to(ROOT).parts))]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_file_is_named_in_its_folders_readme(package):
     """Each folder's README (or, for a small subfolder, its parent's) names every module in it."""
     missing = []
-    for package in PACKAGES:
-        for folder in [ROOT / package, *[p for p in (ROOT / package).rglob("*") if p.is_dir()]]:
-            text = "".join((d / "README.md").read_text() for d in (folder, folder.parent) if (d / "README.md").exists())
-            missing += [f"{path.relative_to(ROOT)}" for path in folder.glob("*.py") if path.name != "__init__.py"
-                        and not re.search(rf"\b{re.escape(path.stem)}\b", text)]
+    for folder in folders(package):
+        text = "".join((d / "README.md").read_text() for d in (folder, folder.parent) if (d / "README.md").exists())
+        missing += [f"{path.relative_to(ROOT)}" for path in folder.glob("*.py") if path.name != "__init__.py"
+                    and not re.search(rf"\b{re.escape(path.stem)}\b", text)]
     assert missing == []
+
+
+PY_NAME = re.compile(r"(?<![\w./-])((?:[\w-]+/)*\w+\.py)\b")
+FOREIGN = {"conftest.py", "setup.py", "sitecustomize.py", "usercustomize.py"}  # files of the repositories we grade
+
+
+def exists_from(folder: Path, name: str) -> bool:
+    return ((folder / name).exists() or (ROOT / name).exists()
+            or ("/" not in name and any(folder.rglob(name))))
+
+
+@pytest.mark.parametrize("package", [*PACKAGES, "tests"])
+def test_readmes_name_no_module_that_is_gone(package):
+    """A ``name.py`` a README mentions exists: beside the README, under it, or as a path from the repository root."""
+    stale = []
+    for folder in folders(package):
+        readme = folder / "README.md"
+        if not readme.exists():
+            continue
+        for number, line in enumerate(readme.read_text().splitlines(), 1):
+            stale += [f"{readme.relative_to(ROOT)}:{number}: {name}" for name in PY_NAME.findall(line)
+                      if name not in FOREIGN and not exists_from(folder, name)]
+    assert stale == []
+
+
+def test_no_folder_holds_more_than_12_modules():
+    crowded = {f"{folder.relative_to(ROOT)}/": count for top in SIZED for folder in folders(top)
+               if (count := len(list(folder.glob("*.py")))) > MAX_MODULES_PER_FOLDER}
+    assert crowded == {}, f"split these folders along a seam (at most {MAX_MODULES_PER_FOLDER} modules each)"
+
+
+def test_no_module_is_over_250_lines():
+    long = {f"{path.relative_to(ROOT)}": lines for top in SIZED if top != "tests" for folder in folders(top)
+            for path in folder.glob("*.py") if (lines := len(path.read_text().splitlines())) > MAX_LINES_PER_MODULE}
+    assert long == {}, f"split these modules along a seam (at most {MAX_LINES_PER_MODULE} lines each)"
