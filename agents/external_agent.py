@@ -2,8 +2,9 @@
 
 Its ``command`` runs once in the rollout's runtime with ``OPENAI_BASE_URL=<gateway_url>/rollouts/<rollout id>/v1``
 and ``OPENAI_API_KEY`` set (also ``ROLLOUT_ID``, ``ROLLOUT_TASK_ID`` and ``ROLLOUT_PROMPT``, the task's request,
-which is on its standard input too). The runtime is the environment's ``runtime`` (duck-typed, as
-``envs.shell_env`` exposes it); an environment without one gets the command as a bash action through ``step``.
+which is on its standard input too). It runs in the environment's runtime when the environment declares one
+(``rollout.protocols.HasRuntime``: ``envs.shell_env``, ``envs.swe``), with the environment's variables under the
+agent's own; an environment without one gets the command as a bash action through ``step``.
 Afterwards the calls the gateway recorded (``GET /rollouts/<id>/calls``) become the trajectory's steps, token data
 included (``calls_to_steps``), and the gateway forgets them. The ``model`` argument is not used: the calls go to
 the gateway, whose upstream is the model.
@@ -30,7 +31,7 @@ from pydantic import Field
 from rollout import events
 from rollout.context import RolloutContext, message_text
 from rollout.errors import ModelError, NaturalCompletion, TimeLimitExceeded
-from rollout.protocols import Environment, Model, Runtime
+from rollout.protocols import Environment, HasRuntime, Model
 from rollout.records import Action, Message, Observation, Step, Task, Usage
 from rollout.termination import Limits
 from rollout.train.tokens import Segment, TokenBreak, contiguity_breaks, has_token_data, segments
@@ -113,14 +114,12 @@ class ExternalAgent:
             raise ModelError(f"model gateway cannot be reached: {method} {url}: {type(exc).__name__}: {exc}") from exc
 
 
-async def _execute(env: Any, command: str, variables: dict[str, str], timeout: float, cwd: str | None,
+async def _execute(env: Environment, command: str, variables: dict[str, str], timeout: float, cwd: str | None,
                    prompt: str) -> tuple[int, bool, str]:
     """(exit code, timed out, output) of ``command`` in the environment's runtime."""
-    runtime = getattr(env, "runtime", None)
-    if isinstance(runtime, Runtime):
-        own = getattr(getattr(env, "config", None), "env", None)  # the environment's variables (e.g. PAGER)
-        merged = {**(own if isinstance(own, dict) else {}), **variables}
-        result = await runtime.exec(command, timeout=timeout, cwd=cwd, env=merged, stdin=prompt.encode())
+    if isinstance(env, HasRuntime):
+        merged = {**env.runtime_env, **variables}
+        result = await env.runtime.exec(command, timeout=timeout, cwd=cwd, env=merged, stdin=prompt.encode())
         return result.returncode, result.timed_out, result.output
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items() if _ENV_NAME.match(k))
     action = Action(kind="bash", name="bash", arguments={"command": f"export {exports}; {command}"})

@@ -56,6 +56,11 @@ class ShellEnvironment:
     def from_config(cls, config: ShellEnvironmentConfig | Mapping[str, Any], runtime: Runtime) -> "ShellEnvironment":
         return cls(runtime, config)
 
+    @property
+    def runtime_env(self) -> dict[str, str]:
+        """The variables every command runs with (``env``): an agent's own command in the runtime gets them too."""
+        return dict(self.config.env)
+
     async def reset(self, task: Task) -> EnvReset:
         if not self._started:
             await self.runtime.start()

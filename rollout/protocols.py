@@ -95,8 +95,26 @@ class Environment(Protocol):
 
 
 @runtime_checkable
+class HasRuntime(Protocol):
+    """An optional capability of an environment: its commands run in ``runtime`` with ``runtime_env`` set. An
+    agent that runs a command of its own (``agents.external_agent``) runs it there, beside the environment's."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def runtime_env(self) -> dict[str, str]:
+        """The environment variables every command of the environment runs with (e.g. ``PAGER: cat``)."""
+        ...
+
+
+@runtime_checkable
 class Verifier(Protocol):
-    async def verify(self, task: Task, result: RolloutResult) -> Reward: ...
+    async def verify(self, task: Task, result: RolloutResult) -> Reward:
+        """The verdict on a finished rollout, its environment still open. What the rollout returns besides its
+        reward (the Responses object a ``/verify`` read) the verifier records on ``result.outputs``: nothing but
+        the verdict travels in the ``Reward``."""
+        ...
 
 
 @runtime_checkable
@@ -111,6 +129,20 @@ class GradingSource(Protocol):
     def repo_dir_for(self, task: Task) -> str: ...
 
     def fresh_runtime(self, task: Task) -> "Runtime": ...
+
+
+CAPABILITIES: dict[str, bool] = {"speaks_responses_api": True, "closes_sessions": False}
+"""Optional class attributes an agent or an environment declares, and the value when it does not:
+
+- ``speaks_responses_api`` (agents): the agent can play the tool loop alone on a Responses request (the agent
+  server's ``/v1/responses``); False for one that owns the whole episode (the Mini-SWE agent: 501 there).
+- ``closes_sessions`` (environments): ``close`` ends a session on a remote server (a resources server), so the
+  environment takes the agent server's ``gym.cleanup_timeout`` as its ``cleanup_timeout``."""
+
+
+def capability(component: Any, name: str) -> bool:
+    """What ``component`` (a class, as a registry resolves it, or an instance) declares for capability ``name``."""
+    return bool(getattr(component, name, CAPABILITIES[name]))
 
 
 @runtime_checkable

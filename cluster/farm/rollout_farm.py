@@ -23,7 +23,7 @@ from cluster.farm.controls import FarmControls
 from cluster.farm.tasks import bind_tasks, check_sampling, prepare_tasks, stale_members
 from cluster.backends.local import InProcessBackend
 from cluster.farm.loop_thread import LoopThread
-from cluster.workers.worker import ObjectSource
+from cluster.workers.worker import ConfigSource, ObjectSource
 from rollout.errors import ConfigError
 from rollout.train.groups import Batch, GroupPolicy, apply_policy, group_results
 from rollout.records import RolloutResult, Task
@@ -72,6 +72,11 @@ class RolloutFarm(FarmControls):
         ``verifier_factory(task, env)`` its verifier (default: the environment's own ``verify``). With the ray
         backend they are pickled to the workers (module-level functions and classes pickle by reference)."""
         return cls(ObjectSource(model, agent, env_factory, verifier_factory, limits), **options)
+
+    def profiles(self) -> dict[str | None, Any]:
+        """The run config's profiles by name (None: the top-level one): each one's agent and component classes.
+        Empty for a farm built from objects."""
+        return dict(self.source.composer.profiles) if isinstance(self.source, ConfigSource) else {}
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         if self._closed:

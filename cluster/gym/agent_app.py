@@ -11,7 +11,8 @@ Routes:
 - ``POST /run``, episode body (NeMo Gym 0.7.0: ``{episode_id, task}``): always 200 with ``{episode_id, task_id}``
   and exactly one of ``result`` (the verify response) or ``failure`` (``cluster.gym.rows.FAILURES``).
 - ``POST /v1/responses``: the tool loop alone on a Responses request (tools called with the caller's cookies;
-  no seed, no verify); 501 for agents without one (the Mini SWE agent, as NeMo Gym's).
+  no seed, no verify: the rollout is unscored); 501 for agents whose class says they do not speak it
+  (``speaks_responses_api = False``: the Mini SWE agent, as NeMo Gym's).
 - ``GET /health``; the per-rollout model gateway's routes when one is configured.
 
 Limits: ``max_concurrent_episodes`` (the rest wait up to ``queue_timeout``), ``episode_timeout`` (the farm's
@@ -27,11 +28,9 @@ from typing import Any
 from cluster.gym.config import GymSection
 from cluster.gym.request_guards import BodyLimit, ClientGone, while_connected
 from cluster.gym.rows import RowError, episode_reply, episode_task, failure_of, legacy_task, verify_reply
+from rollout.protocols import capability
 from rollout.records import RolloutResult, Task
 from rollout.waits import within
-
-NO_RESPONSES_API = frozenset({"mini_swe"})
-"""Agent types whose ``/v1/responses`` answers 501 (they own the whole episode)."""
 
 
 class Admission:
@@ -64,19 +63,18 @@ class EpisodeRunner:
 
     def __init__(self, farm: Any, settings: GymSection):
         self.farm, self.settings = farm, settings
-        composer = getattr(farm.source, "composer", None)
-        profiles = getattr(composer, "profiles", {}) or {}
+        profiles = farm.profiles()
         self.profiles = [name for name in profiles if name is not None]
-        self.agent_types = {name: getattr(getattr(p.agent, "config", None), "type", None)
-                            for name, p in profiles.items()}
+        self.responses_api = {name: capability(p.agent, "speaks_responses_api") for name, p in profiles.items()}
         self._keys = 0
 
     def next_key(self, prefix: str) -> str:
         self._keys += 1
         return f"{prefix}-{self._keys}"
 
-    def agent_type(self, task: Task) -> str | None:
-        return self.agent_types.get(task.data.get("profile"), self.agent_types.get(None))
+    def speaks_responses_api(self, task: Task) -> bool:
+        """Whether the agent of the task's profile plays the tool loop alone (``/v1/responses``)."""
+        return self.responses_api.get(task.data.get("profile"), self.responses_api.get(None, True))
 
     async def run(self, task: Task) -> RolloutResult:
         future = self.farm.submit([task], 1, deadline=self.settings.episode_timeout)
@@ -133,7 +131,7 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
         result = await _admitted(task, request)
         if not isinstance(result, RolloutResult):
             return result
-        return _json(200, verify_reply(result, task.data["gym"]["row"]))
+        return _json(200, verify_reply(result, task.gym.row))
 
     async def _attempt(task: Task) -> RolloutResult | None:
         """The episode's result once it has a place; None when none was free within ``queue_timeout``."""
@@ -184,7 +182,7 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
             reason = f"episode timed out after {settings.episode_timeout:g}s"
             return _json(200, episode_reply(episode_id, task_id, failure=failure_of(result, "episode_timeout",
                                                                                    reason)))
-        return _json(200, episode_reply(episode_id, task_id, result, row=task.data["gym"]["row"]))
+        return _json(200, episode_reply(episode_id, task_id, result, row=task.gym.row))
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
@@ -195,13 +193,13 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
                                allow_paths=settings.allow_repo_paths)
         except RowError as exc:
             return _error(422, "invalid_request", str(exc).replace("body.responses_create_params", "body"))
-        if runner.agent_type(task) in NO_RESPONSES_API:
+        if not runner.speaks_responses_api(task):
             return _error(501, "not_implemented", "this agent runs whole episodes only: use POST /run")
         result = await _admitted(task, request)
         if not isinstance(result, RolloutResult):
             return result
-        reply = _json(200, result.reward_details.get("response"))
-        for name, value in (result.reward_details.get("cookies") or {}).items():  # the session goes on with them
+        reply = _json(200, result.outputs.response)
+        for name, value in result.outputs.cookies.items():  # the caller's session goes on with them
             reply.set_cookie(name, value)
         return reply
 

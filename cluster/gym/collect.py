@@ -76,7 +76,7 @@ async def collect(farm: Any, tasks: dict[int, Any], calls: list, ledger: Ledger,
         for keys, n, first in calls:
             async for result in farm.stream([tasks[t] for t in keys], n, seed=farm.seed + first):
                 index = int(result.task_id[1:])
-                ledger.add((index, first + result.sample_index), result, tasks[index].data["gym"]["row"])
+                ledger.add((index, first + result.sample_index), result, tasks[index].gym.row)
     finally:
         ticker.cancel()
 
@@ -110,8 +110,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, dict[int, Any], list[Pair], 
     rows, digest = read_rows(args.input, args.limit)
     paths, overrides = split_items(args.items)
     farm = RolloutFarm.from_config(paths, overrides + (["farm.backend=local"] if args.local else []))
-    composer = getattr(farm.source, "composer", None)
-    profiles = [name for name in (getattr(composer, "profiles", None) or {}) if name is not None]
+    profiles = [name for name in farm.profiles() if name is not None]
     tasks = {}
     for number, index, row in rows:
         try:

@@ -1,6 +1,9 @@
-"""The ``gym`` section of a run config: the NeMo-Gym-compatible agent server's address and limits."""
+"""The ``gym`` section of a run config: the NeMo-Gym-compatible agent server's address and limits; its cleanup
+timeout handed to the environments that close a session (``give_cleanup_timeout``)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import Field
 
@@ -33,3 +36,27 @@ class GymSection(StrictModel):
     gateway: str | None = None
     """Upstream OpenAI-compatible base URL for the per-rollout model gateway (``/rollouts/<id>/v1``); None: the
     run's model URL when it has one, else no gateway."""
+
+
+def closes_sessions(section: Any) -> bool:
+    """Whether an ``environment`` section names a class that closes a session on a remote server: its class
+    attribute ``closes_sessions`` (``rollout.protocols.CAPABILITIES``), the class found as the run finds it."""
+    from envs.registry import ENVIRONMENTS
+    from rollout.errors import ConfigError
+    from rollout.protocols import capability
+
+    if not isinstance(section, dict) or not isinstance(section.get("type"), str):
+        return False
+    try:
+        return capability(ENVIRONMENTS.load(section["type"]), "closes_sessions")
+    except ConfigError:
+        return False  # an unknown type: the run config's own check names it
+
+
+def give_cleanup_timeout(raw: dict[str, Any], seconds: float) -> None:
+    """``seconds`` as the ``cleanup_timeout`` of every environment section of a run config (top level and each
+    profile's) that closes a session and sets none of its own."""
+    profiles = (raw.get("profiles") or {}).values()
+    for section in [raw.get("environment"), *[(p or {}).get("environment") for p in profiles]]:
+        if closes_sessions(section):
+            section.setdefault("cleanup_timeout", seconds)

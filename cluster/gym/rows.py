@@ -2,9 +2,9 @@
 
 - Legacy (``/run``, ``/v1/responses``, the collection CLI): a row = ``responses_create_params`` (a Responses
   request) + task fields. ``legacy_task`` makes it a ``Task`` (the conversation, the row's sampling, the
-  resources-server session data in ``data["gym"]``, the row's other fields in ``data`` for environments that read
-  them, such as SWE rows); ``verify_reply`` is what ``/run`` answers: the resources server's verify response with
-  our Responses object (token data on its items) and ``mask_sample``/``failure_kind``/``failure_reason``.
+  resources-server context in ``task.gym``, a ``GymContext``; the row's other fields in ``data`` for environments
+  that read them, such as SWE rows); ``verify_reply`` is what ``/run`` answers: the resources server's verify
+  response with our Responses object (token data on its items) and ``mask_sample``/``failure_kind``/``failure_reason``.
 - Episode (NeMo Gym 0.7.0): ``{episode_id: {rollout_id, attempt}, task: {task_id: {taskset, task_id},
   task_input}}`` → ``episode_task``; ``episode_reply`` answers ``{episode_id, task_id}`` + ``result`` xor
   ``failure``, the failure from ``FAILURES``, the one table from our exit reasons to its vocabulary.
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from cluster.gym.responses_request import request_problem
 from rollout.wire.responses_items import result_response
 from rollout.wire.responses import ResponsesFormatError, chat_messages
-from rollout.records import RolloutResult, Task
+from rollout.records import GymContext, RolloutResult, Task
 
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "max_output_tokens": "max_tokens", "seed": "seed"}
@@ -69,7 +69,7 @@ HOST_PATHS = ("repo_path",)
 the server allows them (``gym.allow_repo_paths``), since a request could otherwise name any path."""
 
 
-def _task(key: str, params: dict[str, Any], data: dict[str, Any], gym: dict[str, Any],
+def _task(key: str, params: dict[str, Any], data: dict[str, Any], gym: GymContext,
           profiles: Any, agent_ref: Any, allow_paths: bool = False) -> Task:
     named = [f for f in HOST_PATHS if data.get(f) is not None]
     if named and not allow_paths:
@@ -80,11 +80,11 @@ def _task(key: str, params: dict[str, Any], data: dict[str, Any], gym: dict[str,
     except ResponsesFormatError as exc:
         raise RowError(f"responses_create_params.{exc}") from None
     sampling = {ours: params[theirs] for theirs, ours in SAMPLING.items() if params.get(theirs) is not None}
-    data = {**data, "gym": gym, "sampling": sampling}
+    data = {**data, "sampling": sampling}
     name = agent_ref.get("name") if isinstance(agent_ref, Mapping) else agent_ref
     if isinstance(name, str) and name in (profiles or ()):
         data["profile"] = name
-    return Task(task_id=key, messages=messages, data=data)
+    return Task(task_id=key, messages=messages, data=data, gym=gym)
 
 
 def legacy_task(row: Any, key: str, *, mode: str = "legacy", cookies: Mapping[str, str] | None = None,
@@ -93,7 +93,7 @@ def legacy_task(row: Any, key: str, *, mode: str = "legacy", cookies: Mapping[st
     params = _params(row, "body")
     base = {k: v for k, v in row.items() if not str(k).startswith("_ng_")}
     data = {k: v for k, v in base.items() if k != "responses_create_params" and k not in NOT_TASK_DATA}
-    gym = {"mode": mode, "row": base, "cookies": dict(cookies or {}), "session_id": key}
+    gym = GymContext(mode=mode, row=base, cookies=dict(cookies or {}), session_id=key)
     return _task(key, params, data, gym, profiles, row.get("agent_ref"), allow_paths)
 
 
@@ -144,8 +144,8 @@ def episode_task(body: Any, profiles: Any = (),
     task_data = {**task_data, **flat}
     key = capture_key(episode_id)
     row = {**task_data, "responses_create_params": params}
-    gym = {"mode": "episode", "row": row, "cookies": {}, "session_id": key, "episode_id": episode_id,
-           "task_id": task_id, "task_data": task_data}
+    gym = GymContext(mode="episode", row=row, session_id=key, episode_id=episode_id, task_id=task_id,
+                     task_data=task_data)
     data = {k: v for k, v in task_data.items() if k not in NOT_TASK_DATA}
     task = _task(key, params, data, gym, profiles, task_data.get("agent_ref"), allow_paths)
     return task, episode_id, task_id
@@ -154,10 +154,9 @@ def episode_task(body: Any, profiles: Any = (),
 def verify_reply(result: RolloutResult, row: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A completed rollout as the legacy ``/run`` answer: the row's fields, the resources server's verify response
     over them, and our Responses object (the one ``/verify`` read, with the engine's token data on its items)."""
-    details = result.reward_details
-    reply = {**(row or {}), **(details.get("verify_response") or {})}
+    reply = {**(row or {}), **(result.reward_details.get("verify_response") or {})}
     params = (row or {}).get("responses_create_params") or {}
-    reply["response"] = details.get("response") or result_response(result, params)  # (SWE: graded in a container)
+    reply["response"] = result.outputs.response or result_response(result, params)  # (SWE: graded in a container)
     reply["reward"] = result.reward
     reply.setdefault("mask_sample", False)
     reply.setdefault("failure_kind", None)

@@ -49,7 +49,7 @@ class RunView:
     def _state(self, doc: dict[str, Any] | None, now: float) -> dict[str, Any]:
         from rollout.store.progress import count_by, format_progress
 
-        rewards = [r["reward"] or 0.0 for r in self.latest.values() if r["status"] == "completed"]
+        rewards = [r["reward"] for r in self.latest.values() if r["status"] == "completed" and r["reward"] is not None]
         reward_mean = sum(rewards) / len(rewards) if rewards else None
         failed = [r for r in self.latest.values() if r["status"] != "completed"]
         if doc is None:

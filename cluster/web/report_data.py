@@ -32,8 +32,8 @@ def collect(run_dir: str | Path, summary: dict[str, Any] | None = None) -> dict[
     for r in latest:
         wins = per_task.setdefault(r.task_id, [0, 0])
         wins[1] += 1
-        if r.status == "completed":
-            wins[0] += int(bool(r.reward_details.get("resolved")) if swe else (r.reward or 0.0) >= threshold)
+        if r.status == "completed" and (swe or r.reward is not None):  # no verdict: no win, no loss
+            wins[0] += int(bool(r.reward_details.get("resolved")) if swe else r.reward >= threshold)
     first: dict[str, str] = {}
     for r in failed:
         first.setdefault(r.error.type if r.error else r.exit_reason.value,
@@ -44,7 +44,7 @@ def collect(run_dir: str | Path, summary: dict[str, Any] | None = None) -> dict[
         "run_dir": str(run_dir),
         "swe": swe,
         "summary": summary,
-        "rewards": histogram([r.reward or 0.0 for r in completed]),
+        "rewards": histogram([r.reward for r in completed if r.reward is not None]),
         "durations": histogram([r.timings["total"] for r in latest if r.timings.get("total") is not None]),
         "turns": histogram([max(r.num_steps, len(r.trajectory.steps)) for r in completed], integers=True),
         "outcomes": count_by(r.exit_reason.value for r in completed),

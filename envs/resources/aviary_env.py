@@ -31,7 +31,7 @@ from rollout.errors import EnvironmentFailure
 from rollout.wire.responses_items import result_response
 from rollout.wire.responses import ResponsesFormatError, chat_messages, chat_tools
 from rollout.protocols import EnvReset
-from rollout.records import Action, Message, Observation, Reward, RolloutResult, Task
+from rollout.records import Action, Message, Observation, Reward, RolloutOutputs, RolloutResult, Task
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ class AviaryEnvironmentConfig(StrictModel):
 
 
 def task_row(task: Task) -> dict[str, Any]:
-    """The task's dataset row: ``task.data["row"]``, or the one the agent server keeps in ``data["gym"]["row"]``."""
-    row = task.data.get("row") or (task.data.get("gym") or {}).get("row") or {}
+    """The task's dataset row: ``task.data["row"]``, or the one the agent server keeps in ``task.gym``."""
+    row = task.data.get("row") or (task.gym.row if task.gym else None) or {}
     if not isinstance(row, dict):
         raise ValueError(f"field row: an object, not {type(row).__name__}")
     return row
@@ -85,6 +85,9 @@ def input_messages(items: list[Any], where: str) -> tuple[list[Message], list[in
 
 
 class AviaryEnvironment:
+    closes_sessions = True
+    """``/close`` ends the server's session: it takes the agent server's ``gym.cleanup_timeout``."""
+
     def __init__(self, config: AviaryEnvironmentConfig):
         self.config = config
         self.url = config.url.rstrip("/")
@@ -113,7 +116,7 @@ class AviaryEnvironment:
     # ---- the Environment seam --------------------------------------------------------------------------
 
     async def reset(self, task: Task) -> EnvReset:
-        self.http = ResourcesHttp(self.url, self.config.timeout, (task.data.get("gym") or {}).get("cookies"))
+        self.http = ResourcesHttp(self.url, self.config.timeout, task.gym.cookies if task.gym else None)
         try:
             self.task_idx = task_index(task)
         except ValueError as exc:
@@ -215,6 +218,6 @@ class AviaryEnvironment:
 
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
         response = self.response(result)
+        result.outputs = RolloutOutputs(response=response)
         verdict = await self.http.verify({"task_idx": self.task_idx, **self.row, "response": response})
-        return Reward(value=verdict["reward"], details={"verified": True, "verify_response": verdict,
-                                                        "response": response})
+        return Reward(value=verdict["reward"], details={"verified": True, "verify_response": verdict})

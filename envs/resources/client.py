@@ -6,10 +6,11 @@ the episode contract), ``POST /<tool_name>`` with the call's JSON arguments for 
 with the row and the rollout as a Responses object, ``POST /close_session`` always (failures included, bounded by
 ``cleanup_timeout``). Cookies the server sets travel with every later call of the rollout, never to another.
 
-What the task carries (``task.data["gym"]``, written by the agent server or the collection CLI): ``mode``
-(``legacy``, ``episode``, or ``responses`` — the tool loop alone: no seed, verify or close), ``row`` (the verify
-body's base: the row's fields and ``responses_create_params``), ``cookies`` (the caller's), and in the episode
-contract ``episode_id``, ``task_id``, ``task_data``.
+What the task carries: ``task.gym`` (``rollout.records.GymContext``, written by the agent server or the collection
+CLI): the mode (``legacy``, ``episode``, or ``responses`` — the tool loop alone: no seed, verify or close), the row
+(the verify body's base), the caller's cookies, and in the episode contract its ids and ``task_data``. What the
+rollout returns besides its reward goes on ``result.outputs``: the Responses object ``/verify`` read, and after a
+``responses`` rollout the server's cookies; such a rollout has no verdict (``Reward.value`` None: unscored).
 
 Errors: a tool answering 5xx, or a tool name the request did not offer, is an observation the model reads and
 the loop goes on; a seed that fails or an unreachable server is ``SeedFailed``/``EnvironmentFailure``
@@ -29,7 +30,7 @@ from rollout.errors import EnvironmentFailure
 from rollout.wire.responses_items import result_response
 from rollout.wire.responses import chat_tools
 from rollout.protocols import EnvReset
-from rollout.records import Action, Observation, Reward, RolloutResult, Task
+from rollout.records import Action, GymContext, Observation, Reward, RolloutOutputs, RolloutResult, Task
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 RESERVED = frozenset({"seed_session", "close_session", "verify", "aggregate_metrics", "step", "close"})
@@ -51,11 +52,14 @@ class ResourcesEnvironmentConfig(StrictModel):
 
 
 class ResourcesEnvironment:
+    closes_sessions = True
+    """``/close_session`` ends the server's session: it takes the agent server's ``gym.cleanup_timeout``."""
+
     def __init__(self, config: ResourcesEnvironmentConfig):
         self.config = config
         self.url = config.url.rstrip("/")
         self.http = ResourcesHttp(self.url, config.timeout)
-        self.gym: dict[str, Any] = {}
+        self.gym = GymContext()
         self.tool_names: set[str] = set()
         self.seeded = False
         self.closed = False
@@ -68,17 +72,14 @@ class ResourcesEnvironment:
     # ---- the Environment seam --------------------------------------------------------------------------
 
     async def reset(self, task: Task) -> EnvReset:
-        self.gym = dict(task.data.get("gym") or {})
-        row = self.gym.get("row") or {}
-        params = row.get("responses_create_params") or {}
-        self.http = ResourcesHttp(self.url, self.config.timeout, self.gym.get("cookies"))
-        tools = chat_tools(params.get("tools"))
+        self.gym = task.gym or GymContext()
+        self.http = ResourcesHttp(self.url, self.config.timeout, self.gym.cookies)
+        tools = chat_tools(self.gym.request.get("tools"))
         self.tool_names = {t["function"]["name"] for t in tools or []}
-        mode = self.gym.get("mode", "legacy")
-        if mode != "responses":
-            body = row if mode == "legacy" else {
-                "resources_session_id": self.session_id, "episode_id": self.gym.get("episode_id"),
-                "task_id": self.gym.get("task_id"), "task_data": self.gym.get("task_data") or {}}
+        if self.gym.verified:
+            body = self.gym.row if self.gym.mode == "legacy" else {
+                "resources_session_id": self.session_id, "episode_id": self.gym.episode_id,
+                "task_id": self.gym.task_id, "task_data": self.gym.task_data}
             try:
                 status, text = await self.http.call("seed_session", body)
             except EnvironmentFailure as exc:
@@ -93,7 +94,7 @@ class ResourcesEnvironment:
         """This attempt's ``resources_session_id``: the episode's key and a suffix of its own, since a session once
         closed cannot be seeded again and the farm's retry of a failed attempt needs a fresh one."""
         if self._session_id is None:
-            self._session_id = f"{self.gym.get('session_id') or 'session'}.{uuid.uuid4().hex[:8]}"
+            self._session_id = f"{self.gym.session_id or 'session'}.{uuid.uuid4().hex[:8]}"
         return self._session_id
 
     async def step(self, actions: list[Action]) -> list[Observation]:
@@ -124,8 +125,8 @@ class ResourcesEnvironment:
         try:
             if self.seeded:
                 # the episode contract closes by id; a legacy seed's session is the one its cookie names
-                body = ({"resources_session_id": self.session_id, "episode_id": self.gym.get("episode_id")}
-                        if self.gym.get("mode") == "episode" else {})
+                body = ({"resources_session_id": self.session_id, "episode_id": self.gym.episode_id}
+                        if self.gym.mode == "episode" else {})
                 try:
                     await self.http.call("close_session", body, self.config.cleanup_timeout)
                 except EnvironmentFailure:
@@ -137,13 +138,13 @@ class ResourcesEnvironment:
 
     def response(self, result: RolloutResult) -> dict[str, Any]:
         """The rollout as a Responses object (what ``/verify`` reads and ``/run`` returns)."""
-        return result_response(result, (self.gym.get("row") or {}).get("responses_create_params") or {})
+        return result_response(result, self.gym.request)
 
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
         response = self.response(result)
-        if self.gym.get("mode") == "responses":
-            return Reward(value=0.0, details={"verified": False, "response": response,
-                                              "cookies": self.http.current_cookies()})
-        verdict = await self.http.verify({**(self.gym.get("row") or {}), "response": response})
-        return Reward(value=verdict["reward"], details={"verified": True, "verify_response": verdict,
-                                                        "response": response})
+        if not self.gym.verified:  # the tool loop alone: the caller's session goes on with the server's cookies
+            result.outputs = RolloutOutputs(response=response, cookies=self.http.current_cookies())
+            return Reward(value=None, details={"verified": False})
+        result.outputs = RolloutOutputs(response=response)
+        verdict = await self.http.verify({**self.gym.row, "response": response})
+        return Reward(value=verdict["reward"], details={"verified": True, "verify_response": verdict})

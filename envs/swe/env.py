@@ -129,6 +129,11 @@ class SweEnvironment:
     def runtime(self) -> Runtime:
         return self.shell.runtime
 
+    @property
+    def runtime_env(self) -> dict[str, str]:
+        """The variables every command runs with (``env``): an agent's own command in the runtime gets them too."""
+        return dict(self.config.env)
+
     def fresh_runtime(self, task: Task) -> Runtime:
         """A new, unstarted runtime for ``task`` with its repository at ``repo_dir_for(task)`` once started:
         a container of the instance's image, or a workspace where the repository is cloned at base_commit."""

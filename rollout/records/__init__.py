@@ -4,9 +4,10 @@ Pydantic models (JSON and pickle); messages stay plain dicts in the OpenAI chat 
 
 from rollout.errors import ExitReason
 from rollout.records.base import Message, Record
-from rollout.records.result import AttemptRecord, ErrorInfo, Reward, RolloutResult, Status
-from rollout.records.task import RequestMeta, Task
+from rollout.records.result import AttemptRecord, ErrorInfo, Reward, RolloutOutputs, RolloutResult, Status
+from rollout.records.task import GymContext, RequestMeta, Task
 from rollout.records.trajectory import Action, EpisodeSummary, Observation, Step, Trajectory, Usage
 
-__all__ = ["Action", "AttemptRecord", "EpisodeSummary", "ErrorInfo", "ExitReason", "Message", "Observation", "Record",
-           "RequestMeta", "Reward", "RolloutResult", "Status", "Step", "Task", "Trajectory", "Usage"]
+__all__ = ["Action", "AttemptRecord", "EpisodeSummary", "ErrorInfo", "ExitReason", "GymContext", "Message",
+           "Observation", "Record", "RequestMeta", "Reward", "RolloutOutputs", "RolloutResult", "Status", "Step",
+           "Task", "Trajectory", "Usage"]

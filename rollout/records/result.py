@@ -1,4 +1,5 @@
-"""What a rollout came to: the RolloutResult (a results.jsonl line), its Reward, how its attempts failed."""
+"""What a rollout came to: the RolloutResult (a results.jsonl line), its Reward, what it returns besides
+(RolloutOutputs), how its attempts failed."""
 
 from __future__ import annotations
 
@@ -33,8 +34,23 @@ class ErrorInfo(Record):
 
 
 class Reward(Record):
-    value: float
+    """A verifier's verdict, and nothing else: what a rollout returns besides goes to ``RolloutResult.outputs``."""
+
+    value: float | None
+    """The score; None: no verdict (the agent server's ``/v1/responses`` plays the tool loop alone). A rollout
+    without one stays unscored: it counts in no reward mean, success rate or pass@k."""
     details: dict[str, Any] = Field(default_factory=dict)
+    """How the score came about (a resources server's verify response, the SWE grade)."""
+
+
+class RolloutOutputs(Record):
+    """What a rollout returns besides its reward, never scored. The verifier that produces it records it on the
+    result it verifies (``Verifier.verify``)."""
+
+    response: dict[str, Any] | None = None
+    """The rollout as a Responses object: the one ``/verify`` read (the agent server answers it)."""
+    cookies: dict[str, str] = Field(default_factory=dict)
+    """A resources server's cookies after a ``/v1/responses`` rollout: the caller's session goes on with them."""
 
 
 class AttemptRecord(Record):
@@ -58,10 +74,13 @@ class RolloutResult(Record):
     sample_index: int = 0
     attempt: int = 1
     status: Status
-    """``completed``: a task outcome, rewarded. ``infra_failed``: retried, never scored."""
+    """``completed``: a task outcome, rewarded (unless no verdict: ``reward`` None). ``infra_failed``: retried, never
+    scored."""
     exit_reason: ExitReason
     reward: float | None = None
     reward_details: dict[str, Any] = Field(default_factory=dict)
+    outputs: RolloutOutputs = Field(default_factory=RolloutOutputs)
+    """What the rollout returns besides its reward (``RolloutOutputs``)."""
     submission: str | None = None
     trajectory: Trajectory = Field(default_factory=Trajectory)
     timings: dict[str, float] = Field(default_factory=dict)

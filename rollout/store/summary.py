@@ -3,7 +3,8 @@ status line is ``rollout.store.progress`` (its names are importable from here to
 
 A rollout *succeeds* when its reward is at least ``success_threshold`` (default 1.0: binary
 tasks such as SWE-bench, where 1.0 means resolved). Infrastructure failures are never scored:
-they stay out of the reward mean and out of pass@k, and are counted on their own.
+they stay out of the reward mean and out of pass@k, and are counted on their own; so is a completed rollout
+without a verdict (reward None: the agent server's ``/v1/responses``), counted only as completed.
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ def summarize(
     latest = latest_per_key(results)
     completed = [r for r in latest if r.status == "completed"]
     failed = [r for r in latest if r.status != "completed"]
-    rewards = [r.reward if r.reward is not None else 0.0 for r in completed]
+    scored_results = [r for r in completed if r.reward is not None]
+    rewards = [r.reward for r in scored_results]
 
     per_task: dict[str, list[bool]] = {}
     for r in latest:
         per_task.setdefault(r.task_id, [])
-    for r, reward in zip(completed, rewards):
+    for r, reward in zip(scored_results, rewards):
         per_task[r.task_id].append(reward >= success_threshold)
     scored = {t: s for t, s in per_task.items() if s}
     resolved = sum(any(s) for s in scored.values())

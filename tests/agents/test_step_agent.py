@@ -15,7 +15,7 @@ from envs.resources.serving import serve_in_thread
 from envs.resources.text_game import create_app, secret_for
 from rollout.errors import ExitReason
 from rollout.models.scripted import ScriptedModel
-from rollout.records import RequestMeta, Task
+from rollout.records import GymContext, RequestMeta, Task
 from rollout.runner import run_rollout
 
 COOKIE = "resources_session_id"
@@ -129,6 +129,8 @@ def test_plays_the_game_to_done_and_is_rewarded_by_verify(game):
     verify_body = game.requests[-2][1]
     assert verify_body["task_idx"] == 7 and verify_body["response"]["env_id"] == game.requests[1][1]["env_id"]
     assert [i["type"] for i in verify_body["response"]["output"]][:2] == ["function_call", "function_call_output"]
+    # the Responses object /verify read is what the rollout returns besides its reward, not a reward detail
+    assert result.outputs.response == verify_body["response"] and "response" not in result.reward_details
 
 
 def test_two_rounds_in_one_step_and_concurrent_rollouts_keep_their_own_sessions(game):
@@ -139,9 +141,9 @@ def test_two_rounds_in_one_step_and_concurrent_rollouts_keep_their_own_sessions(
         async def one(idx):
             agent = AviaryStepAgent()
             env = AviaryEnvironment(AviaryEnvironmentConfig(url=game.url))
-            # the index from the task's data, or from the row the agent server keeps under data["gym"]
-            data = {"task_idx": idx} if idx == 3 else {"gym": {"row": {"task_idx": idx}}}
-            task = Task(task_id=f"g{idx}", data=data)
+            # the index from the task's data, or from the row the agent server keeps in task.gym
+            gym = None if idx == 3 else GymContext(row={"task_idx": idx})
+            task = Task(task_id=f"g{idx}", data={"task_idx": idx} if idx == 3 else {}, gym=gym)
             return await run_rollout(task, agent, ScriptedModel([both]), env, verifier=env,
                                      meta=RequestMeta(rollout_id=f"r{idx}", task_id=f"g{idx}"))
         return await asyncio.gather(one(3), one(5))

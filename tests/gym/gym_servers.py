@@ -1,4 +1,4 @@
-"""What the agent-server tests share: an agent server over a farm (the scripted model on the fake server, the
+"""What the agent-server tests share: an agent server over a farm (the scripted model on the scripted server, the
 calculator resources server), and the bodies they send."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import contextlib
 
 import httpx
 
+from agents.tool_agent import ToolCallingAgent, ToolCallingAgentConfig
 from cluster.farm.rollout_farm import RolloutFarm
 from cluster.gym.agent_app import EpisodeRunner, build_app
 from cluster.gym.config import GymSection
@@ -16,16 +17,36 @@ from envs.resources.serving import serve_in_thread
 MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retries": 1, "backoff": 0.0}
 
 
+class WholeEpisodeAgent(ToolCallingAgent):
+    """An agent named by import path whose class says it owns whole episodes (no ``/v1/responses``)."""
+
+    speaks_responses_api = False
+
+
+WholeEpisodeAgentConfig = ToolCallingAgentConfig
+
+
+class SessionEnvironment:
+    """An environment named by import path whose class says its ``close`` ends a remote session."""
+
+    closes_sessions = True
+
+
+def run_config(resources_url: str, *, faults: dict | None = None, latency: float = 0.0, max_steps: int = 6,
+               backend: str = "local", agent: dict | None = None, profiles: dict | None = None,
+               concurrency: int = 64, **sections) -> dict:
+    """The farm's run config: the scripted tool user on the scripted server, the resources environment."""
+    return {"model": MODEL, "fake_server": {"policy": "tool_user", "faults": faults or {}, "latency": latency},
+            "agent": agent or {"type": "tool_calling", "max_steps": max_steps},
+            "environment": {"type": "resources", "url": resources_url, "timeout": 10},
+            "profiles": profiles or {}, "farm": {"backend": backend},
+            "run": {"max_attempts": 2, "concurrency": concurrency}, **sections}
+
+
 @contextlib.contextmanager
-def agent_server(resources_url: str, *, faults: dict | None = None, latency: float = 0.0, max_steps: int = 6,
-                 gym: dict | None = None, backend: str = "local", agent: dict | None = None,
-                 profiles: dict | None = None, concurrency: int = 64, **sections):
-    config = {"model": MODEL, "fake_server": {"policy": "tool_user", "faults": faults or {}, "latency": latency},
-              "agent": agent or {"type": "tool_calling", "max_steps": max_steps},
-              "environment": {"type": "resources", "url": resources_url, "timeout": 10},
-              "profiles": profiles or {}, "farm": {"backend": backend},
-              "run": {"max_attempts": 2, "concurrency": concurrency}, **sections}
-    farm = RolloutFarm.from_config(config, concurrency=concurrency).start()
+def agent_server(resources_url: str, *, gym: dict | None = None, concurrency: int = 64, **options):
+    farm = RolloutFarm.from_config(run_config(resources_url, concurrency=concurrency, **options),
+                                   concurrency=concurrency).start()
     try:
         runner = EpisodeRunner(farm, GymSection(**(gym or {})))
         with serve_in_thread(build_app(runner)) as server:

@@ -1,5 +1,5 @@
 """The NeMo-Gym-compatible agent server over real HTTP: the calculator resources server, the scripted model on the
-fake server (OpenAI over 127.0.0.1, token ids and logprobs on), the farm behind ``/run``. One test per row of the
+scripted server (OpenAI over 127.0.0.1, token ids and logprobs on), the farm behind ``/run``. One test per row of the
 seed's termination and error tables, both contract generations, the limits."""
 
 from __future__ import annotations
@@ -11,7 +11,15 @@ import httpx
 from envs.resources.calc_server import calc_rows
 from envs.resources.serving import serve_in_thread
 
-from .gym_servers import agent_server, episode, kinds, row
+from agents.registry import AGENTS
+from cluster.farm.rollout_farm import RolloutFarm
+from cluster.gym.config import give_cleanup_timeout
+from cluster.gym.rows import legacy_task
+from envs.registry import ENVIRONMENTS
+from rollout.protocols import capability
+from rollout.store.summary import summarize
+
+from .gym_servers import SessionEnvironment, WholeEpisodeAgent, agent_server, episode, kinds, row, run_config
 
 def test_run_seeds_calls_tools_verifies_and_returns_token_ids(calc):
     with agent_server(calc.url) as client:
@@ -112,10 +120,53 @@ def test_v1_responses_runs_the_tool_loop_alone(calc):
     assert reply.cookies.get("resources_session_id") == seeded.cookies["resources_session_id"]
 
 
+def test_a_v1_responses_rollout_returns_its_response_and_cookies_beside_no_reward(calc):
+    seeded = httpx.post(f"{calc.url}/seed_session", json=row())
+    task = legacy_task({"responses_create_params": row()["responses_create_params"]}, "responses-1",
+                       mode="responses", cookies=dict(seeded.cookies))
+    with RolloutFarm.from_config(run_config(calc.url)) as farm:
+        result = farm.generate([task]).results[0]
+    assert result.status == "completed" and result.reward is None, result.error  # no verify: no verdict
+    assert [i["type"] for i in result.outputs.response["output"]] == ["function_call", "function_call_output",
+                                                                      "message"]
+    assert result.outputs.cookies["resources_session_id"] == seeded.cookies["resources_session_id"]
+    assert "response" not in result.reward_details and "cookies" not in result.reward_details
+    summary = summarize([result])  # a rollout nothing scored counts in no reward number
+    assert summary["rollouts"]["completed"] == 1 and summary["tasks"]["scored"] == 0
+    assert summary["reward_mean"] is None and summary["success_rate"] is None and summary["pass_at_k"] == {"1": None}
+
+
 def test_the_mini_swe_agent_answers_501_on_v1_responses(calc):
     with agent_server(calc.url, agent={"type": "mini_swe"}) as client:
         reply = client.post("/v1/responses", json=row()["responses_create_params"])
     assert reply.status_code == 501 and "POST /run" in reply.json()["error"]["message"]
+
+
+def test_any_agent_class_that_owns_whole_episodes_answers_501_on_v1_responses_and_runs_run(calc):
+    # the capability is the class's (``speaks_responses_api``), whatever name the config gives it
+    agent = {"type": f"{WholeEpisodeAgent.__module__}:WholeEpisodeAgent", "max_steps": 6}
+    with agent_server(calc.url, agent=agent) as client:
+        refused = client.post("/v1/responses", json=row()["responses_create_params"])
+        ran = client.post("/run", json=row())
+    assert refused.status_code == 501 and ran.status_code == 200 and ran.json()["reward"] == 1.0
+
+
+def test_the_registered_classes_declare_their_capabilities():
+    whole_episodes = {name for name in AGENTS.names() if not capability(AGENTS.load(name), "speaks_responses_api")}
+    closers = {name for name in ENVIRONMENTS.names() if capability(ENVIRONMENTS.load(name), "closes_sessions")}
+    assert whole_episodes == {"mini_swe"} and closers == {"aviary", "resources"}
+
+
+def test_the_cleanup_timeout_goes_to_every_environment_whose_class_closes_a_session():
+    raw = {"environment": {"type": "resources", "url": "http://r"},
+           "profiles": {"game": {"environment": {"type": "aviary", "url": "http://a", "cleanup_timeout": 5.0}},
+                        "tools": {"environment": {"type": "tool"}}, "plain": {"agent": {"type": "tool_calling"}},
+                        "own": {"environment": {"type": f"{SessionEnvironment.__module__}:SessionEnvironment"}}}}
+    give_cleanup_timeout(raw, 12.0)
+    profiles = raw["profiles"]
+    assert raw["environment"]["cleanup_timeout"] == 12.0 and profiles["own"]["environment"]["cleanup_timeout"] == 12.0
+    assert profiles["game"]["environment"]["cleanup_timeout"] == 5.0  # its own is kept
+    assert "cleanup_timeout" not in profiles["tools"]["environment"] and "environment" not in profiles["plain"]
 
 
 def test_bad_bodies_get_a_422_naming_the_field(calc):
