@@ -13,17 +13,16 @@ Which messages hold an environment state comes from the environment: ``EnvReset.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pydantic import Field
 
 from agents.parsers.openai_tools import OpenAIToolsParser
 from agents.tool_agent import ToolCallingAgent
-from rollout.context import RolloutContext
 from rollout.errors import FormatError, TaskOutcome, TokenLimitExceeded
-from rollout.loop import Episode
-from rollout.protocols import EnvReset, Environment, Model, ModelResponse
-from rollout.records import Action, Message, Observation, RequestMeta, Task
+from rollout.protocols import EnvReset
+from rollout.records import Action, Message, Observation, Task, Trajectory
 from rollout.termination import Limits
 
 NO_TOOL_CALL = ("Your reply called no tool. Act in the environment by calling one of the offered tools "
@@ -36,8 +35,8 @@ class AviaryStepAgentConfig(Limits):
     """Prepended as a system message unless the task brings its own ``messages``."""
     max_total_sequence_length: int | None = Field(default=None, ge=1)
     """Tokens a prompt may hold: the rollout ends (``token_limit``) before a model call once the last call's prompt
-    and completion tokens reach it, since the next prompt holds them and more. None: the server's context window
-    decides (its rejection is a ``token_limit`` too)."""
+    and completion tokens reach it, since the next prompt holds them and more (a caller's ``ModelResponse.usage`` in a
+    ``session``). None: the server's context window decides (its rejection is a ``token_limit`` too)."""
     done_if_no_tool_calls: bool = True
     """A reply without tool calls ends the episode (``natural_completion``). False: ``no_tool_call_message`` goes
     back and the loop goes on; such replies count as format errors (``max_consecutive_format_errors`` ends it)."""
@@ -47,8 +46,8 @@ class AviaryStepAgentConfig(Limits):
     """The model sees only the latest environment state: every earlier one is replaced by
     ``old_env_state_message`` in the prompt (the trajectory keeps them all). Shorter prompts, but each prompt is
     no longer an extension of the previous one: prefix-cache reuse is lost past the first replaced state, and the
-    turns' token ids are not one contiguous sequence (``token_breaks`` in the result). Applies when the agent runs
-    the loop; a caller that owns generation (``session``) builds its own prompts."""
+    turns' token ids are not one contiguous sequence (``token_breaks`` in the result). A caller that owns generation
+    (``session``) gets the same prompt from ``request()``."""
     old_env_state_message: str = "(an earlier state of the environment, since replaced)"
     """What the model sees in place of an earlier environment state."""
 
@@ -59,14 +58,21 @@ def _marked(messages: list[Message], states: Any) -> list[tuple[Message, bool]]:
 
 
 class AviaryStepAgent(ToolCallingAgent):
-    """Shared by every rollout (no per-rollout state): ``run`` wraps each rollout in a ``_Rollout``. A caller that
-    owns generation (``session``) gets the same hooks, but neither the length budget nor collapsed states."""
+    """Shared by every rollout: each episode (``run`` or ``session``) plays a copy of its own (``for_episode``), which
+    remembers which of the episode's messages hold an environment state."""
 
     offers_tools = True
 
     def __init__(self, config: AviaryStepAgentConfig | None = None):
         self.config = config or AviaryStepAgentConfig()
         self.parser = OpenAIToolsParser()
+        self.states: dict[int, Message] = {}
+        """The episode's messages that hold an environment state, by identity (the loop adds these very dicts)."""
+
+    def for_episode(self) -> AviaryStepAgent:
+        episode = copy.copy(self)
+        episode.states = {}
+        return episode
 
     # ---- the hooks, as (message, holds an environment state) pairs --------------------------------------
 
@@ -85,10 +91,15 @@ class AviaryStepAgent(ToolCallingAgent):
         return replies + extra
 
     def opening(self, task: Task, reset: EnvReset) -> list[Message]:
-        return [m for m, _ in self.opening_pairs(task, reset)]
+        return self._remember(self.opening_pairs(task, reset))
 
     def observe(self, observations: list[Observation]) -> list[Message]:
-        return [m for m, _ in self.observation_pairs(observations)]
+        return self._remember(self.observation_pairs(observations))
+
+    def _remember(self, pairs: list[tuple[Message, bool]]) -> list[Message]:
+        if self.config.collapse_old_env_states:
+            self.states.update((id(m), m) for m, state in pairs if state)
+        return [m for m, _ in pairs]
 
     def parse(self, message: Message) -> list[Action]:
         actions = self.parser.parse(message)
@@ -96,47 +107,7 @@ class AviaryStepAgent(ToolCallingAgent):
             raise FormatError(self.config.no_tool_call_message)
         return actions
 
-    async def run(self, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> None:
-        rollout = _Rollout(self, model)
-        await Episode(rollout, env, ctx).run(task, rollout)
-
-
-class _Rollout:
-    """The agent in one rollout: the strategy the loop calls, remembering which messages hold environment states,
-    and the model the loop calls: the length budget checked, earlier states collapsed, then the real model."""
-
-    offers_tools = True
-
-    def __init__(self, agent: AviaryStepAgent, model: Model):
-        self.agent, self.model, self.config = agent, model, agent.config
-        self.states: dict[int, Message] = {}
-        """The messages that hold an environment state, by identity (the loop adds these very dicts)."""
-        self.last: ModelResponse | None = None
-
-    def _remember(self, pairs: list[tuple[Message, bool]]) -> list[Message]:
-        if self.config.collapse_old_env_states:
-            self.states.update((id(m), m) for m, state in pairs if state)
-        return [m for m, _ in pairs]
-
-    def opening(self, task: Task, reset: EnvReset) -> list[Message]:
-        return self._remember(self.agent.opening_pairs(task, reset))
-
-    def observe(self, observations: list[Observation]) -> list[Message]:
-        return self._remember(self.agent.observation_pairs(observations))
-
-    def parse(self, message: Message) -> list[Action]:
-        return self.agent.parse(message)
-
-    def on_format_error(self, message: Message, error: FormatError) -> list[Message] | TaskOutcome:
-        return self.agent.on_format_error(message, error)
-
-    def on_no_actions(self, message: Message) -> TaskOutcome | None:
-        return self.agent.on_no_actions(message)
-
-    def ended(self, message: Message, observations: list[Observation]) -> TaskOutcome | None:
-        return self.agent.ended(message, observations)
-
-    # ---- the model, as this agent calls it ---------------------------------------------------------------
+    # ---- what the model is shown, and the length budget ---------------------------------------------------
 
     def prompt(self, messages: list[Message]) -> list[Message]:
         """``messages`` with every environment state but the latest replaced by ``old_env_state_message``."""
@@ -147,13 +118,14 @@ class _Rollout:
         return [{"role": m.get("role", "user"), "content": self.config.old_env_state_message} if i in hidden else m
                 for i, m in enumerate(messages)]
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None = None, *,
-                       meta: RequestMeta | None = None, **sampling: Any) -> ModelResponse:
+    def before_query(self, trajectory: Trajectory) -> TaskOutcome | None:
+        """``max_total_sequence_length``: the next prompt holds the last call's prompt and completion, and more."""
         limit = self.config.max_total_sequence_length
-        if limit is not None and self.last is not None:
-            used = self.last.usage.prompt_tokens + self.last.usage.completion_tokens
-            if used >= limit:
-                raise TokenLimitExceeded(f"the conversation holds {used} tokens already; the next prompt would "
-                                         f"exceed max_total_sequence_length={limit}")
-        self.last = await self.model.complete(self.prompt(messages), tools, meta=meta, **sampling)
-        return self.last
+        if limit is None or not trajectory.steps:
+            return None
+        usage = trajectory.steps[-1].usage
+        used = usage.prompt_tokens + usage.completion_tokens
+        if used < limit:
+            return None
+        return TokenLimitExceeded(f"the conversation holds {used} tokens already; the next prompt would exceed "
+                                  f"max_total_sequence_length={limit}")

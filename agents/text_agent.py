@@ -2,7 +2,7 @@
 
 A reply holding the final-answer marker and no action ends the episode with the text after the marker.
 Like every loop agent (``rollout.loop``) it runs the loop itself (``run``) or is stepped by a caller that
-owns generation (``session(env)``: ``reset(task)``, ``step(model_output)``, ``should_continue()``).
+owns generation (``session(env)``: ``reset(task)``, ``should_continue()``, ``request()``, ``step(model_output)``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import time
 from typing import Any, Iterable
 
 from rollout import events
-from rollout.errors import ModelError
+from rollout.errors import ModelError, RolloutError
 from rollout.events import Emitter, Observer
 from rollout.protocols import Model
 from rollout.records import Message, Observation, RequestMeta, Step, Trajectory
@@ -51,16 +51,16 @@ class RolloutContext:
         self.emitter.emit(events.ENV_READY, seconds=time.perf_counter() - t0)
         return reset
 
-    async def query(self, model: Model, tools: list[dict[str, Any]] | None = None) -> Step:
-        """Check limits, call the model on the whole conversation, record the step.
+    async def query(self, model: Model, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> Step:
+        """Call the model on the prompt (the conversation as the agent shows it; the limits were checked before),
+        record the step.
 
         The step is recorded before ``finish_reason == "length"`` ends the rollout, so the cut
         output (and its tokens) stay in the trajectory.
         """
-        self.termination.before_model_call()
         started = time.time()
         t0 = time.perf_counter()
-        response = await self._complete(model, tools)
+        response = await self._complete(model, messages, tools)
         step = self.record_reply(response, started, time.perf_counter() - t0)
         self.emitter.emit(
             events.MODEL_CALL_DONE,
@@ -94,12 +94,25 @@ class RolloutContext:
         self.trajectory.steps.append(step)
         return step
 
-    async def _complete(self, model: Model, tools: list[dict[str, Any]] | None) -> Any:
+    def record_exit(self, outcome: RolloutError) -> None:
+        """How the episode ended, on the trajectory: the reason, the submission, the reason in words, the step it
+        ended on. The one recorder of an exit: ``Episode.finish`` calls it for every outcome of the loop; the runner
+        only for an exit no episode saw (its own time-limit cut, an agent not built on the loop)."""
+        traj = self.trajectory
+        traj.exit_reason = outcome.exit_reason
+        traj.exit_message = outcome.message or None
+        submission = getattr(outcome, "submission", None)
+        if submission is not None:
+            traj.submission = submission
+        if traj.steps:
+            traj.steps[-1].termination_reason = outcome.exit_reason
+
+    async def _complete(self, model: Model, messages: list[Message], tools: list[dict[str, Any]] | None) -> Any:
         """``model.complete`` on the model's clock, cut when the rollout's model budget is spent: a model that
         does not answer in time (an outage, retries, an overloaded server) is infrastructure, not the policy."""
         term = self.termination
         budget = term.model_time_left()
-        call = model.complete(self.trajectory.messages, tools, meta=self.meta, **self.sampling)
+        call = model.complete(messages, tools, meta=self.meta, **self.sampling)
         term.model_call_started()
         try:
             return await within(call, budget)  # a timer, not a task per call as wait_for makes

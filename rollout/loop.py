@@ -1,54 +1,35 @@
-"""The turn loop, in one place: reset the environment → the opening messages → per turn: query the model,
-parse the reply (a format error is fed back), execute the actions, add the observations, check the limits →
-until an outcome ends the episode. ``rollout.runner.run_rollout`` wraps it (time limit, verify, close, result).
+"""The turn loop, in one place: reset the environment → the opening messages → per turn: check the limits, query
+the model on the prompt the agent shows it, parse the reply (a format error is fed back), execute the actions, add
+the observations → until an outcome ends the episode (``Episode.finish`` records it). ``rollout.runner.run_rollout``
+wraps it (time limit, verify, close, result).
 
 An agent is the ``Strategy`` the loop calls. ``LoopAgent`` gives it ``run`` (the loop drives generation) and
-``session`` (a caller that owns generation, a trainer: ``reset``, ``step(output)``, ``should_continue``,
-``summary``); both go through ``Episode.turn``, so they produce the same trajectory."""
+``session`` (a caller that owns generation, e.g. a trainer batching the model calls of many episodes: ``reset``,
+``should_continue``, ``request`` (the next call's messages and tools), ``step(output)``, ``summary``); both go
+through the same limits, prompt and ``Episode.turn``, so they produce the same trajectory."""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
 from rollout.context import RolloutContext
 from rollout.errors import FormatError, TaskOutcome
-from rollout.protocols import EnvReset, Environment, Model, ModelResponse
-from rollout.records import Action, EpisodeSummary, ExitReason, Message, Observation, Step, Task
+from rollout.protocols import Environment, Model, ModelResponse
+from rollout.records import Action, EpisodeSummary, ExitReason, Message, Observation, Step, Task, Trajectory
+from rollout.strategy import Strategy
 from rollout.termination import Limits
 
 
-class Strategy(Protocol):
-    """What an agent decides; the loop does everything else."""
+@dataclass(frozen=True)
+class Request:
+    """A model call of the episode: the prompt as the agent shows it, the tools to offer (None: no tools)."""
 
-    offers_tools: bool
-    """Send the environment's tool schemas with every model call (function calling)."""
-
-    def opening(self, task: Task, reset: EnvReset) -> list[Message]:
-        """The conversation before the first model call."""
-        ...
-
-    def parse(self, message: Message) -> list[Action]:
-        """The reply's actions; ``FormatError`` when it cannot be read."""
-        ...
-
-    def on_format_error(self, message: Message, error: FormatError) -> list[Message] | TaskOutcome:
-        """The feedback for an unreadable reply, or the outcome it still is (e.g. a final answer)."""
-        ...
-
-    def on_no_actions(self, message: Message) -> TaskOutcome | None:
-        """The outcome of a readable reply without actions (None: the turn goes on with none)."""
-        ...
-
-    def observe(self, observations: list[Observation]) -> list[Message]:
-        """The messages that carry the observations back to the model."""
-        ...
-
-    def ended(self, message: Message, observations: list[Observation]) -> TaskOutcome | None:
-        """The outcome of a turn whose actions ended the episode (a submission, the environment said done)."""
-        ...
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None
 
 
 class Turn(BaseModel):
@@ -81,11 +62,31 @@ class Episode:
         return list(self.ctx.messages)
 
     async def run(self, task: Task, model: Model) -> None:
-        """The loop owns generation; it ends by raising the episode's ``TaskOutcome``."""
-        await self.reset(task)
-        tools = self.tools if self.agent.offers_tools else None
-        while True:
-            await self.turn(await self.ctx.query(model, tools))
+        """The loop owns generation; it ends by raising the episode's ``TaskOutcome``, recorded first."""
+        try:
+            await self.reset(task)
+            while True:
+                self.before_query()
+                request = self.request()
+                await self.turn(await self.ctx.query(model, request.messages, request.tools))
+        except TaskOutcome as outcome:
+            self.finish(outcome)
+            raise
+
+    def request(self) -> Request:
+        """The messages and tools of the next model call."""
+        return Request(list(self.agent.prompt(self.ctx.messages)), self.tools if self.agent.offers_tools else None)
+
+    def before_query(self) -> None:
+        """Raises the outcome of a limit the next model call would pass: the rollout's (``Termination``, which then
+        counts the call), the agent's own budget."""
+        self.ctx.termination.before_model_call()
+        self._agent_budget()
+
+    def _agent_budget(self) -> None:
+        outcome = self.agent.before_query(self.ctx.trajectory)
+        if outcome is not None:
+            raise outcome
 
     async def turn(self, step: Step) -> None:
         """Act on one recorded reply: parse, feed a format error back or execute and observe, check the limits.
@@ -127,7 +128,7 @@ class Episode:
             message = {"role": "assistant", "content": model_output} if isinstance(model_output, str) else model_output
             response = ModelResponse(message=dict(message))
         try:
-            self.ctx.termination.before_model_call()
+            self.before_query()
             step = self.ctx.record_reply(response, started=time.time(), seconds=0.0)
             self.ctx.termination.after_model_call(response)
             await self.turn(step)
@@ -136,24 +137,25 @@ class Episode:
         return self._turn(self.ctx.trajectory.steps[-1])
 
     def should_continue(self) -> bool:
+        """Whether the caller generates again: not once the episode is over, nor when a limit would refuse the next
+        call (``Termination``, the agent's own budget), which ends the episode."""
         if self.done:
             return False
-        if (limit := self.ctx.limits.max_steps) is not None and self.ctx.termination.steps >= limit:
-            self.finish(None, ExitReason.STEP_LIMIT)
+        try:
+            self.ctx.termination.check()
+            self._agent_budget()
+        except TaskOutcome as outcome:
+            self.finish(outcome)
             return False
         return True
 
     def summary(self) -> EpisodeSummary:
         return self.ctx.trajectory.summary()
 
-    def finish(self, outcome: TaskOutcome | None, reason: ExitReason | None = None) -> None:
+    def finish(self, outcome: TaskOutcome) -> None:
+        """The episode is over: its exit recorded on the trajectory (reason, submission, message, last step)."""
         self.done = True
-        traj = self.ctx.trajectory
-        traj.exit_reason = outcome.exit_reason if outcome is not None else reason
-        if outcome is not None and outcome.submission is not None:
-            traj.submission = outcome.submission
-        if traj.steps:
-            traj.steps[-1].termination_reason = traj.exit_reason
+        self.ctx.record_exit(outcome)
 
     def _turn(self, step: Step) -> Turn:
         content = step.message.get("content")
@@ -179,11 +181,16 @@ class LoopAgent:
     def limits(self) -> Limits:
         return Limits.of(self.config)
 
+    def for_episode(self) -> LoopAgent:
+        """The strategy of one episode: the agent itself (shared by rollouts), or a fresh copy in an agent that
+        remembers something within an episode."""
+        return self
+
     async def run(self, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> None:
-        await Episode(self, env, ctx).run(task, model)  # type: ignore[arg-type]
+        await Episode(self.for_episode(), env, ctx).run(task, model)  # type: ignore[arg-type]
 
     def session(self, env: Environment, ctx: RolloutContext | None = None) -> Episode:
-        return Episode(self, env, ctx or RolloutContext(limits=self.limits()))  # type: ignore[arg-type]
+        return Episode(self.for_episode(), env, ctx or RolloutContext(limits=self.limits()))  # type: ignore[arg-type]
 
     def parse(self, message: Message) -> list[Action]:
         return self.parser.parse(message)  # type: ignore[attr-defined]
@@ -195,4 +202,10 @@ class LoopAgent:
         return None
 
     def ended(self, message: Message, observations: list[Observation]) -> TaskOutcome | None:
+        return None
+
+    def prompt(self, messages: list[Message]) -> list[Message]:
+        return messages
+
+    def before_query(self, trajectory: Trajectory) -> TaskOutcome | None:
         return None

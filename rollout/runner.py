@@ -176,13 +176,9 @@ def _result(task: Task, meta: RequestMeta, ctx: RolloutContext, outcome: BaseExc
         seed=meta.seed,
     )
     if isinstance(outcome, (TaskOutcome, FormatError)):
-        reason = outcome.exit_reason
-        submission = getattr(outcome, "submission", None)
-        traj.exit_reason, traj.submission = reason, submission
-        traj.exit_message = outcome.message or None
-        if traj.steps:
-            traj.steps[-1].termination_reason = reason
-        return RolloutResult(status="completed", exit_reason=reason, submission=submission, **base)
+        if traj.exit_reason is None:  # no episode saw this exit (the time limit's cut, an agent off the loop)
+            ctx.record_exit(outcome)
+        return RolloutResult(status="completed", exit_reason=traj.exit_reason, submission=traj.submission, **base)
     result = RolloutResult(status="infra_failed", exit_reason=exit_reason_of(outcome), **base)
     _mark_infra(result, outcome)
     return result

@@ -111,14 +111,18 @@ class Termination:
             self._model_total += self._clock() - self._model_since
             self._model_since = None
 
-    def before_model_call(self) -> None:
-        """Called before each model call: step and time limits."""
+    def check(self) -> None:
+        """Raises the outcome of a step or time limit already reached: does the rollout go on?"""
         if self.limits.max_steps is not None and self.steps >= self.limits.max_steps:
             raise StepLimitExceeded(f"reached max_steps={self.limits.max_steps}")
-        self.start_clock()
         limit = self.limits.time_limit
         if limit is not None and self.agent_seconds() >= limit:
             raise TimeLimitExceeded(f"reached time_limit={limit:g}s of the agent's own time")
+
+    def before_model_call(self) -> None:
+        """Called before each model call: the limits checked, the call counted."""
+        self.start_clock()
+        self.check()
         self.steps += 1
 
     def after_model_call(self, response: ModelResponse) -> None:

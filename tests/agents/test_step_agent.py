@@ -1,8 +1,10 @@
 """The Aviary step agent playing the guess-the-number text game over real HTTP on 127.0.0.1: every way an episode
-ends, the corrective message, collapsed environment states, and the resources server's failures."""
+ends, the corrective message, collapsed environment states, the length budget (run by the loop, and stepped by a
+caller that owns generation), and the resources server's failures."""
 
 import asyncio
 import json
+import re
 
 import pytest
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -224,6 +226,77 @@ def test_without_collapse_the_model_sees_every_state(stateful_game):
     states = [m["content"] for m in model.prompts[-1] if (m["content"] or "").startswith("State:")]
     assert states == ["State: 0 guesses made", "State: 1 guesses made", "State: 2 guesses made"]
     assert result.metadata["token_breaks"] == []  # every prompt extends the one before
+
+
+def drive(game, policy=binary_search, task_idx=7, **config):
+    """The agent stepped by a caller that owns generation (``session``): request → the caller's model → step."""
+    agent = AviaryStepAgent(AviaryStepAgentConfig(**config))
+    env = AviaryEnvironment(AviaryEnvironmentConfig(url=game.url, timeout=10, cleanup_timeout=5))
+    task = Task(task_id=f"game-{task_idx}",
+                data={"row": {"task_idx": task_idx, "responses_create_params": {"input": []}}})
+    model = Recording(policy=policy)
+
+    async def go():
+        session = agent.session(env)
+        try:
+            await session.reset(task)
+            while session.should_continue():
+                request = session.request()
+                await session.step(await model.complete(request.messages, request.tools))
+        finally:
+            await env.close()
+        return session.ctx.trajectory
+
+    return asyncio.run(go()), model
+
+
+def without_call_ids(prompts):
+    return json.loads(re.sub(r"call_\d+", "call_N", json.dumps(prompts)))
+
+
+def test_a_caller_is_shown_the_collapsed_prompt_the_loop_shows_the_model(stateful_game):
+    hidden = "[older state hidden]"
+    looped, loop_model = run(stateful_game, collapse_old_env_states=True, old_env_state_message=hidden, max_steps=4)
+    trajectory, model = drive(stateful_game, collapse_old_env_states=True, old_env_state_message=hidden, max_steps=4)
+    states = [m["content"] for m in model.prompts[-1] if (m["content"] or "").startswith("State:")]
+    assert states == ["State: 3 guesses made"]
+    assert [m["content"] for m in model.prompts[-1]].count(hidden) == 3
+    kept = [m["content"] for m in trajectory.messages if (m["content"] or "").startswith("State:")]
+    assert kept == [f"State: {n} guesses made" for n in range(5)]  # the trajectory keeps every state
+    assert without_call_ids(model.prompts) == without_call_ids(loop_model.prompts)
+    assert trajectory.exit_reason == looped.exit_reason == ExitReason.STEP_LIMIT
+
+
+def test_a_caller_is_stopped_by_max_total_sequence_length_before_the_prompt_that_would_not_fit(game):
+    full, _ = run(game)
+    totals = [s.usage.prompt_tokens + s.usage.completion_tokens for s in full.trajectory.steps]
+    limit = (totals[1] + totals[2]) // 2
+    trajectory, model = drive(game, max_total_sequence_length=limit)
+    assert trajectory.exit_reason == ExitReason.TOKEN_LIMIT and "max_total_sequence_length" in trajectory.exit_message
+    assert len(trajectory.steps) == 3 and model.calls == 3  # should_continue said no before a 4th generation
+    assert trajectory.steps[-1].termination_reason == ExitReason.TOKEN_LIMIT
+    assert trajectory.messages[-1]["role"] == "tool"  # the last guess was played and answered
+
+
+def test_one_agent_plays_concurrent_episodes_each_with_its_own_states(stateful_game):
+    """The agent is shared by the rollouts of a worker; what one episode remembers is not another's."""
+    agent = AviaryStepAgent(AviaryStepAgentConfig(collapse_old_env_states=True, max_steps=3))
+    models = [Recording(policy=binary_search) for _ in range(2)]
+
+    async def both():
+        async def one(idx, model):
+            env = AviaryEnvironment(AviaryEnvironmentConfig(url=stateful_game.url, timeout=10, cleanup_timeout=5))
+            task = Task(task_id=f"g{idx}", data={"row": {"task_idx": idx}})
+            return await run_rollout(task, agent, model, env, limits=agent.limits(),
+                                     meta=RequestMeta(rollout_id=f"r{idx}", task_id=task.task_id))
+        return await asyncio.gather(one(3, models[0]), one(7, models[1]))
+
+    results = asyncio.run(both())
+    assert [r.exit_reason for r in results] == [ExitReason.STEP_LIMIT] * 2
+    for model in models:
+        states = [m["content"] for m in model.prompts[-1] if (m["content"] or "").startswith("State:")]
+        assert states == ["State: 2 guesses made"]
+    assert agent.states == {}  # the shared agent remembers nothing
 
 
 def test_a_step_500_is_an_observation_and_the_episode_goes_on(game):

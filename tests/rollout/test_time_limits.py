@@ -78,3 +78,6 @@ def test_a_hung_command_is_still_cut_at_the_time_limit_after_its_grace(monkeypat
     result = run(ScriptedModel([LS]), SlowRuntime(start=0.6, hang_ls=True), time_limit=0.3)
     assert (result.status, result.exit_reason) == ("completed", ExitReason.TIME_LIMIT)
     assert [s.actions[0].arguments["command"] for s in result.trajectory.steps] == ["ls"]  # the hung step is kept
+    # no episode saw this exit (the runner cut the loop): it is recorded all the same, on the step it ended
+    assert result.trajectory.exit_reason == result.trajectory.steps[-1].termination_reason == ExitReason.TIME_LIMIT
+    assert "time_limit=0.3s" in result.trajectory.exit_message
