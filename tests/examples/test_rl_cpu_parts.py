@@ -224,6 +224,52 @@ def test_a_few_sft_steps_lower_the_loss_and_the_saved_model_reloads(stack, tmp_p
                                                                            skip_special_tokens=True)
 
 
+class ScriptedPolicy:
+    """Stands in for the transformers model in ``evaluate``: answers every prompt of a batch with its question's next
+    scripted text (then ``<|im_end|>``), and keeps each batch's prompts (left padding removed)."""
+
+    def __init__(self, tok, script):
+        self.tok, self.script, self.batches = tok, script, []
+
+    def generate(self, input_ids, attention_mask, eos_token_id, pad_token_id, **_):
+        import torch
+
+        prompts = [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(input_ids.tolist(),
+                                                                             attention_mask.tolist())]
+        self.batches.append(prompts)
+        replies = []
+        for prompt in prompts:
+            text = self.tok.decode(prompt)
+            question = next(q for q in self.script if q in text)
+            turn = text.count("<|im_start|>assistant") - 1
+            replies.append(self.tok.encode(self.script[question][turn], add_special_tokens=False) + [eos_token_id])
+        width = max(len(r) for r in replies)
+        return torch.tensor([p + r + [pad_token_id] * (width - len(r)) for p, r in zip(input_ids.tolist(), replies)])
+
+
+def test_the_evaluation_steps_the_farms_agent_batching_the_model_calls_of_its_episodes(stack):
+    """The RL example's evaluation is caller-driven stepping of the tool-calling agent: one generation per turn for
+    every episode still going, each episode's next prompt its token-in stream (the completion's own ids kept)."""
+    from examples.rl_cpu.evaluate import evaluate
+
+    W, tok, _ = stack
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"a": 3, "op": "+", "b": 4}}\n</tool_call>'
+    rows = [ADD, {**ADD, "task_id": "t-guess", "prompt": "What is 3 + 5?", "data": {**ADD["data"], "answer": 8}},
+            {**ADD, "task_id": "t-loop", "prompt": "What is 3 + 6?", "data": {**ADD["data"], "answer": 9}}]
+    policy = ScriptedPolicy(tok, {"3 + 4": [call, "The answer is 7."], "3 + 5": ["The answer is 9."],
+                                  "3 + 6": [call, call, call]})
+    report = evaluate(policy, tok, rows, greedy=True, max_turns=2)
+    assert report["success"] == 1 / 3 and report["tool_use"] == 2 / 3 and report["n"] == 3
+    assert [len(b) for b in policy.batches] == [3, 2]  # the direct answer ended its episode after one turn
+    (first, _, loop1), (second, loop2) = policy.batches
+    assert first == W.render(tok, [{"role": "user", "content": ADD["prompt"]}], T.tool_schemas(), True)
+    completion = tok.encode(call, add_special_tokens=False) + [tok.eos_token_id]
+    assert second[: len(first) + len(completion)] == first + completion  # never decoded and re-encoded
+    assert tok.decode(second[len(first) + len(completion):]).endswith(
+        "<tool_response>\n7\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert loop2[: len(loop1)] == loop1  # two turns were all it had (max_turns): its answer never came
+
+
 def test_the_local_evaluation_plays_whole_episodes_and_scores_them(stack):
     W, tok, model = stack
     rows = T.make_tasks(4, 2, "heldout")
