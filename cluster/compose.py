@@ -79,8 +79,10 @@ def _accepts(factory: Callable[..., Any]) -> tuple[frozenset[str], bool]:
 
 
 def model_is_scripted(config: RunConfig) -> bool:
-    """Scripted outputs, in process or served by our own fake server or Serve app: safe to run on the host."""
-    scripted_app = config.serve is not None and config.serve.app == "scripted"
+    """Scripted outputs, in process or served by our own scripted server or Serve app: safe to run on the host."""
+    from cluster.serving.kinds import app_for
+
+    scripted_app = config.serve is not None and app_for(config.serve).scripted
     return config.model.get("type") == "scripted" or config.fake_server is not None or scripted_app
 
 
@@ -89,17 +91,12 @@ class Composer:
         self.config = config
         self.model_component = component(MODELS, with_policy_path(config.model, "model.policy"), "model")
         serve, model_config = config.serve, self.model_component.config
-        if serve is not None and serve.app != "endpoint" and hasattr(model_config, "release_sessions"):
-            # The scripted app's sticky router frees a rollout's replica when told the rollout ended (vLLM's
-            # ingress has no such route: its router forgets a session after session_ttl); vLLM salts its prefix
-            # cache per policy version.
-            model_config = model_config.model_copy(update={
-                "release_sessions": serve.app == "scripted" and serve.router == "sticky",
-                "cache_salt": serve.app == "vllm" or model_config.cache_salt})
-            if serve.app == "vllm" and serve.engine == "ray_serve_llm" and not model_config.tokenizer:
-                # Ray Serve LLM's /tokenize is broken with vLLM 0.32: token-in mode renders with the model's own.
-                model_config = model_config.model_copy(update={"tokenizer": serve.model_source})
-            self.model_component = Component(self.model_component.cls, model_config)
+        if serve is not None and hasattr(model_config, "release_sessions"):  # what the model's kind sets
+            from cluster.serving.kinds import app_for
+
+            overrides = app_for(serve).model_overrides(serve, model_config)
+            if overrides:
+                self.model_component = Component(self.model_component.cls, model_config.model_copy(update=overrides))
         self.trusted_model = model_is_scripted(config)
         self.profiles: dict[str | None, Profile] = {None: self._profile(None)}
         for name in config.profiles:

@@ -3,8 +3,8 @@
 With thousands of coroutines in flight, each holding messages, requests and responses, CPython's
 default generation-0 threshold (700 allocations) triggers a collection every few requests, and
 each one walks a large young generation. Measured with 2,000 concurrent 3-turn rollouts against
-the fake server at 1 s latency (tests/perf/bench_client.py): 5.6 s with the defaults, 4.5 s
-tuned. Called by entry points (``rollout run``, the fake server, workers), never at import.
+the scripted server at 1 s latency (tests/perf/bench_client.py): 5.6 s with the defaults, 4.5 s
+tuned. Called by entry points (``rollout run``, the scripted server, workers), never at import.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Awaitable, Callable, TextIO
+from typing import Any, Awaitable, Callable, Sequence, TextIO
 
 from cluster.compose import Composer
 from cluster.run.config import RunConfig
@@ -55,23 +55,51 @@ def ray_available() -> None:
                           "farm.backend") from None
 
 
-async def start_ray_backend(source: Any, config: RunConfig, composer: Composer, *, run_id: str,
-                            run_dir: str | None, out: TextIO = sys.stderr) -> Any:
-    """Join or start the cluster and start one worker per node; prints where and how many slots."""
+async def start_backend(kind: str | None, source: Any, *, run_id: str, concurrency: int, resources: Any = None,
+                        deadline: float | None = None, run_dir: str | None = None, engines: Sequence[str] = (),
+                        name: str = "rollout-worker", worker: bool = False, announce: bool = False,
+                        out: TextIO = sys.stderr) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    """The one place a backend starts (``cluster.assembly`` calls it): ``(backend, how to close it)``.
 
+    ``local``: rollouts as asyncio tasks in this process, over ``source``'s composer and one model
+    (``worker=True``: one ``RolloutWorker``, with the trainer's pause gate and policy version); ``ray``: a worker
+    actor per node of the connected cluster (``announce``: print where and how many slots)."""
+    if kind == "local" and worker:
+        from cluster.backends.local import InProcessBackend
+
+        backend = InProcessBackend(source)
+        return backend, backend.close
+    if kind == "local":
+        from cluster.backends.local import LocalBackend
+
+        model = source.build_model()
+
+        async def close_local() -> None:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
+        return LocalBackend(source.composer, model), close_local
+    if kind != "ray":
+        raise ConfigError(f"must be 'ray' or 'local', got {kind!r}", "farm.backend")
     from cluster.workers.ray_backend import RayBackend
-    from cluster.session.connect import connect
+    from cluster.workers.slots import Resources
 
-    farm = config.farm
-    connect(farm.address, num_cpus=farm.num_cpus, dashboard=farm.dashboard, out=out)  # main thread: Ray wants it
-    deadline = farm.deadline if farm.deadline is not None else default_deadline(composer)
-    backend = RayBackend(source, run_id=run_id, resources=rollout_resources(config, composer),
-                         concurrency=config.run.concurrency, deadline=deadline, run_dir=run_dir,
-                         engines=tuple(sorted(composer.container_engines())), out=out)
+    backend = RayBackend(source, run_id=run_id, resources=resources or Resources(), concurrency=concurrency,
+                         deadline=deadline, run_dir=run_dir, engines=tuple(engines), name=name, out=out)
     await backend.start()
-    limit = f"{deadline:g}s" if deadline else "none"
-    print(f"farm: {backend.describe()}; deadline per attempt: {limit}", file=out, flush=True)
-    return backend
+    if announce:
+        limit = f"{deadline:g}s" if deadline else "none"
+        print(f"farm: {backend.describe()}; deadline per attempt: {limit}", file=out, flush=True)
+    return backend, backend.close
+
+
+def run_settings(config: RunConfig, composer: Composer, *, run_id: str, run_dir: str | None) -> dict[str, Any]:
+    """``start_backend``'s settings for a run (``rollout run``) from its config."""
+    farm = config.farm
+    return dict(run_id=run_id, run_dir=run_dir, resources=rollout_resources(config, composer),
+                concurrency=config.run.concurrency, engines=sorted(composer.container_engines()),
+                deadline=farm.deadline if farm.deadline is not None else default_deadline(composer), announce=True)
 
 
 def farm_settings(config: RunConfig, composer: Composer) -> dict[str, Any]:
@@ -83,23 +111,3 @@ def farm_settings(config: RunConfig, composer: Composer) -> dict[str, Any]:
         deadline_per_attempt=config.farm.deadline or default_deadline(composer),
         engines=sorted(composer.container_engines()), name=config.run_id or "farm",
     )
-
-
-async def open_backend(job: Any, base_url: str | None) -> tuple[Any, Callable[[], Awaitable[None]]]:
-    """A run job's (``cluster.run.job.Job``) backend, the one ``farm.backend`` names, started, and how to close it."""
-    if job.config.farm.backend == "local":
-        model = job.composer.build_model(base_url)
-
-        async def close_local() -> None:
-            close = getattr(model, "aclose", None)
-            if close is not None:
-                await close()
-
-        from cluster.backends.local import LocalBackend
-
-        return LocalBackend(job.composer, model), close_local
-    from cluster.workers.worker import ConfigSource
-
-    backend = await start_ray_backend(ConfigSource(job.composer, base_url), job.config, job.composer, run_id=job.run_id,
-                                      run_dir=str(job.run_dir), out=job.out)
-    return backend, backend.close

@@ -166,9 +166,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 def cmd_fake_server(args: argparse.Namespace) -> int:
     from cluster.names import POLICIES
-    from cluster.serving.scripted_server.server import FakeServerConfig, serve
+    from cluster.serving.scripted_server.server import ScriptedServerConfig, serve
 
-    serve(FakeServerConfig(host=args.host, port=args.port, policy=POLICIES.resolve(args.policy),
+    serve(ScriptedServerConfig(host=args.host, port=args.port, policy=POLICIES.resolve(args.policy),
                            latency=args.latency, dataset=args.dataset, model=args.model))
     return 0
 

@@ -41,9 +41,9 @@ def cluster_targets(address: str | None) -> list[str]:
 
     import ray
 
-    from cluster.session.connect import connect
+    from cluster.session.connect import ClusterSession
 
-    connect(address, out=io.StringIO())
+    ClusterSession(address, out=io.StringIO()).open()
     return [f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in ray.nodes()
             if n.get("Alive") and n.get("MetricsExportPort")]
 

@@ -26,11 +26,11 @@ def serve_main(argv: list[str]) -> int:
     if any(e.startswith("-") for e in extra):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.items += extra  # CONFIG and key=value items may also follow an option (--port 8001 a=b)
-    from cluster.run.job import dataset_file
+    from cluster.assembly import FarmAssembly
     from cluster.run.config import DatasetConfig
-    from cluster.serving import apps
+    from cluster.run.job import dataset_file
     from cluster.serving.config import ServeSection
-    from cluster.session.connect import connect
+    from cluster.serving.kinds import app_for
     from rollout.config.load import load_config, validate
 
     paths = [i for i in args.items if "=" not in i]
@@ -44,18 +44,17 @@ def serve_main(argv: list[str]) -> int:
     section = validate(ServeSection, raw["serve"], prefix="serve")
     port = args.port if args.port is not None else section.port or 8000
     section = section.model_copy(update={"port": port, "keep": True})
-    model_id = section.served_name(raw.get("model"))
+    kind = app_for(section)
     dataset = None
-    if section.app == "scripted" and raw.get("dataset"):
+    if kind.reads_dataset and raw.get("dataset"):
         dataset = str(dataset_file(validate(DatasetConfig, raw["dataset"], prefix="dataset"), paths[0]))
     address = args.address or os.environ.get("RAY_ADDRESS")
     farm = raw.get("farm") or {}
-    if section.app != "endpoint":
-        connect(address, num_cpus=apps.cluster_cpus(section, farm.get("num_cpus")),
-                dashboard=bool(farm.get("dashboard")))
-    served = apps.start(section, model_id, base_url=(raw.get("model") or {}).get("base_url"), dataset=dataset)
+    assembly = FarmAssembly(section, model=raw.get("model"), address=address, num_cpus=farm.get("num_cpus"),
+                            dashboard=bool(farm.get("dashboard")), backend=None, dataset=dataset)
+    served = assembly.join().start_model()
     print(served.base_url, flush=True)
-    if address or section.app == "endpoint":
+    if address or not kind.deploys:
         return 0
     # Our own handlers: Ray's driver replaces Python's SIGINT handler, so Ctrl-C would not raise here.
     stop = threading.Event()
@@ -65,8 +64,7 @@ def serve_main(argv: list[str]) -> int:
     while not stop.wait(3600):
         pass
     print(f"serve: deleting {section.name!r}", file=sys.stderr, flush=True)
-    served.section = served.section.model_copy(update={"keep": False})
-    served.stop()
+    assembly.stop_model()
     return 0
 
 

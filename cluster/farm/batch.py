@@ -15,9 +15,10 @@ from rollout.runner import failure_result
 from rollout.waits import within
 
 
-def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] = ()) -> tuple[Any, Any, dict]:
-    """(the workers' source, the model server of a ``serve`` or ``fake_server`` section, the farm's settings) from
-    a run config (files merged in order, or a dict; ``dataset`` is not needed), validated once."""
+def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] = ()) -> tuple[Any, dict]:
+    """(the workers' source, the farm's settings: its ``serve`` section and model, or the server of a
+    ``fake_server`` section) from a run config (files merged in order, or a dict; ``dataset`` is not needed),
+    validated once."""
     from cluster.backends.choose import farm_settings
     from cluster.compose import Composer
     from cluster.serving.scripted_server.for_runs import DemoServer, joins_cluster
@@ -36,13 +37,12 @@ def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] =
     run_config = validate(RunConfig, raw)
     composer = Composer(run_config)
     source = ConfigSource(composer)
+    settings = farm_settings(run_config, composer)
     if run_config.serve is not None:
-        from cluster.serving.apps import FarmModel
-
-        server = FarmModel(run_config.serve, source, run_config.model)
+        settings.update(serve=run_config.serve, model=run_config.model)
     else:
-        server = DemoServer(run_config.fake_server, source, remote=joins_cluster(run_config.farm))
-    return source, server, farm_settings(run_config, composer)
+        settings["server"] = DemoServer(run_config.fake_server, source, remote=joins_cluster(run_config.farm))
+    return source, settings
 
 
 class MemoryStore:

@@ -15,7 +15,7 @@ class FarmControls:
 
     def controls(self) -> Any:
         """The served model's controls: given to the farm (``controls=``), else its ``serve`` section's, else
-        a scripted fake server's; an external endpoint's raise ``NotSupported``."""
+        a scripted scripted server's; an external endpoint's raise ``NotSupported``."""
         if self._controls is not None:
             return self._controls
         self.start()

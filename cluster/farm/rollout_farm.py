@@ -21,7 +21,6 @@ from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 from cluster.farm.batch import MemberBatch
 from cluster.farm.controls import FarmControls
 from cluster.farm.tasks import bind_tasks, check_sampling, prepare_tasks, stale_members
-from cluster.backends.local import InProcessBackend
 from cluster.farm.loop_thread import LoopThread
 from cluster.workers.worker import ConfigSource, ObjectSource
 from rollout.errors import ConfigError
@@ -37,7 +36,7 @@ class RolloutFarm(FarmControls):
                  max_attempts: int = 3, seed: int = 0, deadline_per_attempt: float | None = None,
                  group_policy: GroupPolicy | dict | None = None, token_budget: int | None = None,
                  engines: Sequence[str] = (), name: str = "farm", out: TextIO = sys.stderr,
-                 server: Any = None, controls: Any = None):
+                 server: Any = None, controls: Any = None, serve: Any = None, model: dict | None = None):
         if backend not in ("ray", "local"):
             raise ConfigError(f"must be 'ray' or 'local', got {backend!r}", "farm.backend")
         self.source, self.backend_kind = source, backend
@@ -48,6 +47,15 @@ class RolloutFarm(FarmControls):
                              else GroupPolicy(**(group_policy or {})))
         self.token_budget, self.tokens_used = token_budget, 0
         self.engines, self.name, self.out = tuple(engines), name, out
+        from cluster.assembly import FarmAssembly
+
+        # the cluster session, the ``serve`` model (deployed by the farm's start) and the backend, in one place
+        self._assembly = FarmAssembly(serve, model=model, address=address, num_cpus=num_cpus, backend=backend,
+                                      out=out)
+        if server is None and serve is not None:
+            from cluster.serving.apps import FarmModel
+
+            server = FarmModel(self._assembly, source)
         self._server, self._controls = server, controls
         self._calls = itertools.count()
         self._backend: Any = None
@@ -61,9 +69,8 @@ class RolloutFarm(FarmControls):
         ``farm``, ``run`` and ``fake_server`` sections apply; keyword options override them."""
         from cluster.farm.batch import from_run_config
 
-        source, server, settings = from_run_config(config, overrides)
-        settings = {**settings, **options}
-        return cls(source, server=server, **settings)
+        source, settings = from_run_config(config, overrides)
+        return cls(source, **{**settings, **options})
 
     @classmethod
     def from_objects(cls, model: Any, agent: Any, env_factory: Callable, verifier_factory: Callable | None = None,
@@ -88,26 +95,13 @@ class RolloutFarm(FarmControls):
         """Join or start Ray and start the workers (done by the first call that needs them)."""
         if self._backend is not None:
             return self
-        if self.backend_kind == "ray" or getattr(self._server, "needs_ray", False):
-            from cluster.session.connect import connect
-
-            num_cpus = self.num_cpus or getattr(self._server, "cluster_cpus", None)
-            connect(self.address, num_cpus=num_cpus, out=self.out)  # in the caller's (main) thread
+        self._assembly.join()  # in the caller's (main) thread: Ray wants it
         if self._server is not None:
             self._run(self._server.start())
-        self._backend = self._run(self._start_backend())
+        self._backend = self._run(self._assembly.start_backend(
+            self.source, worker=True, run_id=self.name, resources=self.resources, concurrency=self.concurrency,
+            deadline=self.deadline_per_attempt, engines=self.engines, name=f"rollout-worker:{self.name}"))
         return self
-
-    async def _start_backend(self) -> Any:
-        if self.backend_kind == "local":
-            return InProcessBackend(self.source)
-        from cluster.workers.ray_backend import RayBackend
-        from cluster.workers.slots import Resources
-
-        backend = RayBackend(self.source, run_id=self.name, resources=self.resources or Resources(),
-                             concurrency=self.concurrency, deadline=self.deadline_per_attempt,
-                             engines=self.engines, name=f"rollout-worker:{self.name}", out=self.out)
-        return await backend.start()
 
     def generate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,
                  seed: int | None = None, sampling: dict | None = None, max_staleness: float | None = None,
@@ -232,8 +226,7 @@ class RolloutFarm(FarmControls):
         if self._closed:
             return
         try:
-            if self._backend is not None:
-                self._run(self._backend.close())
+            self._run(self._assembly.close())  # the workers and a deployed model, side by side
             if self._server is not None:
                 self._run(self._server.stop())
         finally:

@@ -39,7 +39,7 @@ def check_sampling(sampling: Mapping[str, Any] | None) -> None:
 
 
 async def bind_tasks(server: Any, tasks: list[Task]) -> None:
-    """Show the call's tasks to the farm's scripted model server (a fake server or the scripted Serve app), so a
+    """Show the call's tasks to the farm's scripted model server (a scripted server or the scripted Serve app), so a
     policy that reads its task (``gold``, ``oracle``) sees the tasks this call hands it."""
     bind = getattr(server, "bind_tasks", None)
     if bind is not None:

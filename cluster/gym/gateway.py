@@ -1,5 +1,5 @@
 """The per-rollout model gateway: ``/rollouts/<rollout_id>/v1`` is an OpenAI-compatible base URL in front of an
-upstream OpenAI-compatible model (our Serve model, vLLM, the fake server), so an agent that only speaks OpenAI
+upstream OpenAI-compatible model (our Serve model, vLLM, the scripted server), so an agent that only speaks OpenAI
 (a CLI coding agent in a container, ``agents.external_agent``) can be farmed, its token data kept.
 
 Routes (``gateway_router`` for an app of one's own, ``gateway_app`` standalone):

@@ -16,11 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from cluster.gym.config import GymSection
-
-CLOSES_SESSIONS = ("resources", "aviary")
-"""Environment types that close a resources-server session (they take ``gym.cleanup_timeout``)."""
-
+from cluster.gym.config import GymSection, give_cleanup_timeout
 
 def prepared(raw: dict[str, Any]) -> tuple[dict[str, Any], GymSection]:
     """The run config with the gym section's cleanup timeout given to its resources environments, and the
@@ -30,10 +26,7 @@ def prepared(raw: dict[str, Any]) -> tuple[dict[str, Any], GymSection]:
     raw = copy.deepcopy(raw)
     settings = validate(GymSection, raw.pop("gym", None) or {}, prefix="gym")
     raw.setdefault("dataset", {"path": "-"})
-    sections = [raw.get("environment")] + [(p or {}).get("environment") for p in (raw.get("profiles") or {}).values()]
-    for env in sections:
-        if isinstance(env, dict) and env.get("type") in CLOSES_SESSIONS:
-            env.setdefault("cleanup_timeout", settings.cleanup_timeout)
+    give_cleanup_timeout(raw, settings.cleanup_timeout)
     return raw, settings
 
 
@@ -49,7 +42,7 @@ def build(raw: dict[str, Any], out: Any = sys.stderr) -> tuple[Any, Any]:
 
 def _gateway(settings: GymSection, farm: Any, raw: dict[str, Any]) -> Any:
     """The per-rollout model gateway's router, in front of ``gym.gateway`` or the run's model URL (None: no URL)."""
-    upstream = settings.gateway or getattr(farm.source, "base_url", None)  # a fake server's or Serve model's
+    upstream = settings.gateway or getattr(farm.source, "base_url", None)  # a scripted server's or Serve model's
     upstream = upstream or (raw.get("model") or {}).get("base_url")
     if not upstream:
         return None
@@ -90,24 +83,24 @@ def deploy(raw: dict[str, Any], settings: GymSection, name: str = "rollout-gym")
     return proxy_url() + settings.route_prefix.rstrip("/")
 
 
-def _served_model(raw: dict[str, Any], address: str | None) -> Any:
-    """Deploy the config's ``serve`` model before the agent server (its replica gets the URL); None without one."""
-    from cluster.serving import apps
+def _assembly(raw: dict[str, Any], address: str | None) -> Any:
+    """The agent server's cluster joined and the config's ``serve`` model deployed before the agent server (its
+    replica gets the URL, and the config its model section rewritten to it)."""
+    from cluster.assembly import FarmAssembly
     from cluster.serving.config import ServeSection
-    from cluster.session.connect import connect
     from rollout.config.load import validate
 
     section = raw.get("serve") or (raw.get("model") or {}).get("serve")
-    if not section:
-        return None
-    section = validate(ServeSection, section, prefix="serve")
-    connect(address, num_cpus=apps.cluster_cpus(section, (raw.get("farm") or {}).get("num_cpus")))
+    section = validate(ServeSection, section, prefix="serve") if section else None
     model = raw.get("model") or {}
-    served = apps.start(section, section.served_name(model), base_url=model.get("base_url"))
-    raw.pop("serve", None)
-    model = {k: v for k, v in model.items() if k != "serve"}
-    raw["model"] = {**model, "base_url": served.base_url, "model": served.model_id}
-    return served
+    assembly = FarmAssembly(section, model=model, address=address or os.environ.get("RAY_ADDRESS"),
+                            num_cpus=(raw.get("farm") or {}).get("num_cpus"), backend="ray").join()
+    served = assembly.start_model()
+    if served is not None:
+        raw.pop("serve", None)
+        model = {k: v for k, v in model.items() if k != "serve"}
+        raw["model"] = {**model, "base_url": served.base_url, "model": served.model_id}
+    return assembly
 
 
 def serve_main(argv: list[str]) -> int:
@@ -136,19 +129,14 @@ def serve_main(argv: list[str]) -> int:
         return 2
     stop = threading.Event()
     if settings.serve:
-        from cluster.session.connect import connect
-
-        connect(args.address or os.environ.get("RAY_ADDRESS"))
-        served = _served_model(raw, args.address)
+        assembly = _assembly(raw, args.address)
         url = deploy(raw, settings)
         print(url, flush=True)
         _wait(stop)
         from ray import serve
 
         serve.delete("rollout-gym")
-        if served is not None:
-            served.section = served.section.model_copy(update={"keep": False})
-            served.stop()
+        assembly.stop_model()
         return 0
     from envs.resources.serving import BackgroundServer
 

@@ -60,7 +60,7 @@ class OutputConfig(StrictModel):
     """Write one trajectory JSON per rollout, updated as it goes."""
 
 
-class FakeServerSection(StrictModel):
+class ScriptedServerSection(StrictModel):
     """Serve the scripted model over HTTP for this run (the demo); sets ``model.base_url``."""
 
     policy: str = "demo"
@@ -128,7 +128,7 @@ class RunConfig(StrictModel):
     run: RunOptions = Field(default_factory=RunOptions)
     output: OutputConfig = Field(default_factory=OutputConfig)
     farm: FarmConfig = Field(default_factory=FarmConfig)
-    fake_server: FakeServerSection | None = None
+    fake_server: ScriptedServerSection | None = None
     gym: GymSection | None = None
     """The NeMo-Gym-compatible agent server (``rollout gym serve``): address, episode limits."""
     serve: ServeSection | None = None

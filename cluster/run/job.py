@@ -11,10 +11,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from cluster.run import preflight
-from cluster.backends.choose import open_backend
 from cluster.compose import Composer
 from cluster.serving.scripted_server.for_runs import joins_cluster, start_demo_server
 from cluster.run.driver import Driver
@@ -24,7 +23,6 @@ from cluster.run.home import resolve_run_dir
 from cluster.serving.config import scripted_in_process
 from cluster.run.swe_outputs import model_name, write_swe_outputs
 from rollout.config.load import load_config, validate
-from rollout.errors import ConfigError
 from rollout.data.dataset import load_tasks, row_hash, select
 from rollout.store.manifest import build_manifest
 from rollout.records import RolloutResult, Task
@@ -32,7 +30,7 @@ from rollout.registry import Registry
 from rollout.store.resume import Plan
 from rollout.store.run_dir import RunStore
 from rollout.store.summary import format_table, summarize
-from cluster.workers.startup import FIRST_CALL, StartupClock, first_model_call, release_own_cluster
+from cluster.run.startup import FIRST_CALL, StartupClock, first_model_call, open_run
 
 
 @dataclass
@@ -49,8 +47,13 @@ class Job:
     out: TextIO = field(default=sys.stderr)
     clock: StartupClock = field(default_factory=StartupClock)
     """The start-up's parts, from the job's start to the first model call (the summary's ``startup``)."""
-    owns_cluster: bool = False
-    """The job started its Ray cluster (embedded, local): it stops it once the rollouts are done."""
+    assembly: Any = None
+    """The run's ``cluster.assembly.FarmAssembly`` (cluster session, model, backend), built when it executes."""
+
+    @property
+    def owns_cluster(self) -> bool:
+        """The job started its Ray cluster (embedded, local): it stops it once the rollouts are done."""
+        return self.assembly is not None and self.assembly.owns_cluster
 
 
 def prepare(
@@ -127,9 +130,12 @@ async def execute(job: Job) -> dict[str, Any]:
 
 
 async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
-    server = served = None
+    from cluster.assembly import FarmAssembly
+
+    server = None
     finished: list[RolloutResult] = []
     t0 = time.perf_counter()
+    assembly = job.assembly = FarmAssembly.for_run(job.config, dataset=str(job.dataset_path), out=job.out)
     try:
         if job.plan.todo:
             base_url = None
@@ -138,7 +144,7 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                                                  remote=joins_cluster(job.config.farm))
                 base_url = server.url
                 say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
-            backend, served, close_backend = await open_farm(job, base_url)
+            backend = await open_run(job, assembly, base_url)
             driver = Driver(
                 backend, job.store, job.plan,
                 run_id=job.run_id, concurrency=job.config.run.concurrency, base_seed=job.config.run.seed,
@@ -148,12 +154,8 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
             job.clock.begin(FIRST_CALL)
             try:
                 finished = await driver.run()
-            finally:  # the workers and the model's app go down side by side
-                stopping, served = served, None
-                stops = [close_backend()] + ([asyncio.to_thread(stopping.stop, False)] if stopping is not None else [])
-                closed = await asyncio.gather(*stops, return_exceptions=True)
-                for error in (c for c in closed if isinstance(c, BaseException)):
-                    raise error
+            finally:  # the workers and the model's app go down side by side; Serve is told, not waited for
+                await assembly.close(wait=False)
         else:
             reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
             say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
@@ -164,10 +166,9 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
         await close_all()
         if server is not None:
             await server.stop()
-        if served is not None:
-            await asyncio.to_thread(served.stop)
+        await assembly.close()
         job.store.close_results()
-    releasing = asyncio.ensure_future(release_own_cluster(job))  # down while the outputs are written
+    releasing = asyncio.ensure_future(assembly.release())  # the cluster down while the outputs are written
     wall = time.perf_counter() - t0
     summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
                         wall_seconds=wall, ran=len(finished), startup=job.clock.split(first_model_call(finished)))
@@ -189,26 +190,6 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     return summary
 
 
-def start_served_model(job: Job, connected: bool = False) -> Any:
-    """The run's ``serve`` section deployed on its Ray cluster (joined or started here first, unless ``connected``);
-    blocks until it answers."""
-    from cluster.serving import apps
-    from cluster.session.connect import connect
-
-    section, farm = job.config.serve, job.config.farm
-    model_id = section.served_name(job.config.model)
-    if section.app != "endpoint" and not connected:  # on this thread: Ray wants the main one
-        connect(farm.address, num_cpus=apps.cluster_cpus(section, farm.num_cpus), dashboard=farm.dashboard,
-                out=job.out)
-    try:
-        return apps.start(section, model_id, base_url=job.config.model.get("base_url"),
-                          dataset=str(job.dataset_path), out=job.out)
-    except Exception as exc:  # noqa: BLE001 - a model that cannot start: say so in one line, run nothing
-        last = str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else ""
-        raise ConfigError(f"the {section.app} application did not start: {type(exc).__name__}: {last}",
-                          "serve") from None
-
-
 def mark_live_finished(run_dir: Path) -> None:
     """A live.json left by a killed earlier session says the run is over once nothing is left to do."""
     from cluster.run import live
@@ -220,30 +201,6 @@ def mark_live_finished(run_dir: Path) -> None:
     if doc.get("state") != live.FINISHED:
         doc.update(state=live.FINISHED, in_flight=[], updated_at=time.time())
         live.write_live(run_dir, doc)
-
-
-async def open_farm(job: Job, base_url: str | None) -> tuple[Any, Any, Callable[[], Awaitable[None]]]:
-    """The backend, the run's served model (``serve``; None without one) and how to close the backend. On Ray the
-    model deploys while the workers start (``cluster.workers.startup``); the local backend starts after it."""
-    if job.config.farm.backend == "ray":
-        from cluster.workers.startup import start_ray_farm
-
-        start_model = (lambda: start_served_model(job, connected=True)) if job.config.serve is not None else None
-        backend, served = await start_ray_farm(job, base_url, start_model)
-        return backend, served, backend.close
-    reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
-    served = None
-    if job.config.serve is not None:
-        with job.clock.span("serve"):
-            served = start_served_model(job)
-        base_url = served.base_url
-    try:
-        backend, close = await open_backend(job, base_url)
-    except BaseException:
-        if served is not None:
-            await asyncio.to_thread(served.stop)
-        raise
-    return backend, served, close
 
 
 def _k_values(samples: int) -> tuple[int, ...]:

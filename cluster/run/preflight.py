@@ -1,5 +1,5 @@
 """Checks that can fail before any work starts: runtime permissions, the cluster to join, model reachability, the
-fake server.
+scripted server.
 
 Each raises ``ConfigError`` naming the field, so a run that could only fail every rollout exits 2 before its
 run directory is written, instead of recording a run of infrastructure failures.
@@ -32,7 +32,7 @@ def check(config: RunConfig, composer: Composer, tasks: list[Task]) -> None:
 
 
 def check_fake_server(config: RunConfig) -> None:
-    """``fake_server.faults`` against the fake server's schema and ``fake_server.policy`` against the policies
+    """``fake_server.faults`` against the scripted server's schema and ``fake_server.policy`` against the policies
     (the server only starts once the run begins)."""
     if config.fake_server is None:
         return
@@ -44,21 +44,13 @@ def check_fake_server(config: RunConfig) -> None:
 
 
 def check_serve(config: RunConfig) -> None:
-    """The scripted app's policy and faults, and a vLLM app's local model directory, before anything deploys."""
+    """The model kind's own checks (a scripted app's policy and faults, a vLLM app's local model directory), before
+    anything deploys."""
     section = config.serve
-    if section is None:
-        return
-    if section.app == "scripted":
-        from cluster.names import POLICIES
-        from cluster.serving.scripted_server.server import FaultsConfig
+    if section is not None:
+        from cluster.serving.kinds import app_for
 
-        validate(FaultsConfig, section.faults, prefix="serve.faults")
-        POLICIES.load(section.policy, field="serve.policy")
-    source = section.model_source
-    if section.app == "vllm" and source and (source.startswith(("/", ".", "~"))) and not os.path.isdir(
-            os.path.expanduser(source)):
-        raise ConfigError(f"no model directory at {source} (make one with `rollout models tiny DIR`)",
-                          "serve.model_source")
+        app_for(section).preflight(section)
 
 
 def check_runtime_permissions(composer: Composer, tasks: list[Task]) -> None:
@@ -94,14 +86,17 @@ def check_cluster(config: RunConfig) -> None:
 
 
 def check_model_reachable(config: RunConfig, composer: Composer) -> None:
-    """A TCP connection to the model endpoint's ``base_url``. Skipped when the run serves its own fake server,
+    """A TCP connection to the model endpoint's ``base_url``. Skipped when the run serves its own scripted server,
     and through a Ray client (``ray://``): that driver is off the cluster, whose nodes may reach an endpoint
     (a Serve proxy on each node's localhost) that this machine cannot."""
     address = config.farm.address or os.environ.get("RAY_ADDRESS") or ""
     if config.fake_server is not None or (config.farm.backend == "ray" and address.startswith("ray://")):
         return
-    if config.serve is not None and config.serve.app != "endpoint":
-        return  # deployed when the run starts
+    if config.serve is not None:
+        from cluster.serving.kinds import app_for
+
+        if app_for(config.serve).deploys:
+            return  # deployed when the run starts
     url, field = getattr(composer.model_component.config, "base_url", None), "model.base_url"
     if config.serve is not None and config.serve.base_url:  # app: endpoint names its URL itself
         url, field = config.serve.base_url, "serve.base_url"

@@ -3,8 +3,6 @@ it on the connected Ray cluster, wait until it answers, give the base URL, delet
 
 from __future__ import annotations
 
-import functools
-import os
 import socket
 import sys
 import time
@@ -14,9 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from cluster.serving.config import ServeSection
-
-MIN_VLLM_CPUS = 4
-"""Ray Serve LLM places an engine with its ingress in a placement group: fewer logical CPUs and it never starts."""
+from cluster.serving.kinds import app_for
 
 
 @dataclass
@@ -33,22 +29,8 @@ class ServedModel:
         return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
 
     def controls(self) -> Any:
-        """The RL controls of this model (``cluster.serving.controls``)."""
-        from cluster.serving import controls
-
-        section = self.section
-        if section.app == "scripted":
-            return controls.ScriptedControls()
-        if section.app == "endpoint":
-            return controls.EndpointControls()
-        if section.engine == "subprocess":
-            from cluster.serving.subprocess_engine import engine_urls
-
-            return controls.EngineControls(functools.partial(engine_urls, section.name), self.model_id,
-                                           flavour="vllm", cpu=section.cpu)
-        if not section.controls:
-            return controls.EndpointControls()
-        return controls.EngineControls([self.root_url], self.model_id, flavour="serve_llm", cpu=section.cpu)
+        """The RL controls of this model (``cluster.serving.controls``), as its kind gives them."""
+        return app_for(self.section).controls(self)
 
     def stop(self, wait: bool = True) -> None:
         """Delete the application this process deployed (unless ``keep``); an endpoint has nothing to stop.
@@ -62,91 +44,53 @@ class ServedModel:
 
 
 class FarmModel:
-    """A farm's ``serve`` section: deployed when the farm starts (Ray is connected first: ``needs_ray``), its URL
-    given to the workers' model, deleted when the farm closes; ``controls()`` are its RL controls."""
+    """A farm's ``serve`` section: deployed by the farm's assembly when the farm starts, its URL given to the
+    workers' model, deleted with the assembly when the farm closes; ``controls()`` are its RL controls."""
 
-    needs_ray = True
-
-    def __init__(self, section: ServeSection, source: Any, model: dict[str, Any]):
-        self.section, self.source, self.base_url = section, source, model.get("base_url")
-        self.cluster_cpus = cluster_cpus(section, None)
-        self.model_id = section.served_name(model)
-        self.served: ServedModel | None = None
+    def __init__(self, assembly: Any, source: Any):
+        self.assembly, self.section, self.source = assembly, assembly.serve, source
 
     async def start(self) -> None:
         import asyncio
 
-        self.served = await asyncio.to_thread(start, self.section, self.model_id, base_url=self.base_url)
-        self.source.base_url = self.served.base_url
+        served = await asyncio.to_thread(self.assembly.start_model)
+        self.source.base_url = served.base_url
 
     async def bind_tasks(self, tasks: list[Any]) -> None:
         """A scripted app's replicas see the tasks a trainer's call hands the farm (``task_board``)."""
-        if self.section.app == "scripted":
-            import asyncio
-
-            from cluster.serving.task_board import post_tasks
-
-            await asyncio.to_thread(post_tasks, self.section.name, tasks)
-
-    async def stop(self) -> None:
         import asyncio
 
-        if self.served is not None:
-            await asyncio.to_thread(self.served.stop)
-            self.served = None
-        if self.section.app == "scripted":
-            from cluster.serving.task_board import clear_tasks
+        await asyncio.to_thread(app_for(self.section).post_tasks, self.section, tasks)
 
-            await asyncio.to_thread(clear_tasks, self.section.name)
+    async def stop(self) -> None:
+        """After the assembly closed (the model is deleted): forget the posted tasks."""
+        import asyncio
+
+        await asyncio.to_thread(app_for(self.section).clear_tasks, self.section)
 
     def controls(self) -> Any:
-        if self.served is None:
+        if self.assembly.served is None:
             raise RuntimeError("the farm's model is not deployed yet (start the farm first)")
-        return self.served.controls()
-
-
-def cluster_cpus(section: ServeSection, num_cpus: int | None) -> int | None:
-    """Logical CPUs for an embedded cluster: a vLLM engine's placement needs at least 4 (``farm.num_cpus`` wins;
-    on a 2-core machine 4 logical CPUs are fine), anything else the machine's count."""
-    if num_cpus is not None or section.app != "vllm":
-        return num_cpus
-    return max(MIN_VLLM_CPUS, os.cpu_count() or 1)
+        return self.assembly.served.controls()
 
 
 def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None) -> Any:
-    """The Serve application ``section`` describes (``app: endpoint`` has none)."""
+    """The Serve application ``section`` describes (its kind builds it; ``app: endpoint`` has none)."""
     from cluster.serving.router import router_options
 
     options = {**router_options(section.router, section.session_ttl), **section.num_replicas_options()}
     options.setdefault("logging_config", {"log_level": section.log_level, "enable_access_log": False})
-    if section.app == "scripted":
-        from cluster.names import POLICIES
-        from cluster.serving import scripted_app
-
-        options.setdefault("ray_actor_options", {"num_cpus": 0})  # the policy takes no rollout's CPU
-        server_config = {"policy": POLICIES.resolve(section.policy), "latency": section.latency,
-                         "faults": section.faults, "dataset": dataset, "model": model_id, "check_model": True}
-        return scripted_app.build(server_config, options)
-    if section.app == "vllm" and section.engine == "subprocess":
-        from cluster.serving import subprocess_engine
-
-        return subprocess_engine.build(section, model_id, options)
-    if section.app == "vllm":
-        from cluster.serving import vllm_app
-
-        return vllm_app.build(section, model_id, options)
-    raise ValueError(f"serve.app {section.app!r} deploys nothing")
+    return app_for(section).build(section, model_id, options, dataset=dataset)
 
 
 def start(section: ServeSection, model_id: str, *, base_url: str | None = None, dataset: str | None = None,
           out: TextIO = sys.stderr) -> ServedModel:
     """Deploy ``section``'s application on the connected Ray cluster (Serve started if it is not) and wait until
-    its models list names ``model_id``. ``app: endpoint`` only checks nothing and returns its URL."""
-    if section.app == "endpoint":
-        url = section.base_url or base_url
-        if not url:
-            raise ValueError("serve.base_url (or model.base_url) is required for app: endpoint")
-        return ServedModel(url.rstrip("/"), model_id, section)
+    its models list names ``model_id``. A kind that deploys nothing (``app: endpoint``) gives its URL.
+    ``cluster.assembly`` is the one caller."""
+    kind = app_for(section)
+    if not kind.deploys:
+        return ServedModel(kind.url(section, base_url), model_id, section)
     from ray import serve
 
     # Quiet by default: an access-log line per model call drowns the run's progress (``serve.log_level``).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rollout.config.load import StrictModel
 
@@ -20,8 +20,8 @@ unbounded, which hides overload until requests time out)."""
 
 
 class ServeSection(StrictModel):
-    app: Literal["scripted", "vllm", "endpoint"]
-    """``scripted``: a scripted policy as a Serve deployment; ``vllm``: a real model; ``endpoint``: no deployment,
+    app: str
+    """The kind (``cluster.serving.kinds.APPS``): ``scripted``: a scripted policy as a Serve deployment; ``vllm``: a real model; ``endpoint``: no deployment,
     any OpenAI-compatible ``base_url``."""
     name: str = "rollout-model"
     """The Serve application's name (``serve status`` shows it)."""
@@ -82,10 +82,22 @@ class ServeSection(StrictModel):
     base_url: str | None = None
     """The endpoint's API root (``.../v1``); default the ``model`` section's ``base_url``."""
 
+    @field_validator("app")
+    @classmethod
+    def _known(cls, app: str) -> str:
+        from cluster.serving.kinds import app_names
+
+        if app not in app_names():
+            raise ValueError(f"unknown serve app {app!r}; choose one of {', '.join(app_names())}")
+        return app
+
     @model_validator(mode="after")
     def _needs(self) -> "ServeSection":
-        if self.app == "vllm" and not self.model_source:
-            raise ValueError("serve.model_source is required for app: vllm (a local model directory)")
+        from cluster.serving.kinds import app_for
+
+        problem = app_for(self).check(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
     def served_name(self, model: dict[str, Any] | None) -> str:
@@ -106,10 +118,15 @@ def scripted_in_process(raw: dict[str, Any], config: Any) -> str | None:
     the policy is played by the run's in-process scripted server (``fake_server``: the same policy code the Serve
     app runs) instead of a Serve deployment, so a local run starts no Ray cluster. Edits ``raw`` to say so and
     returns the note for the user, or None when nothing changed (a real model still deploys on Serve)."""
+    from cluster.serving.kinds import app_for
+
     serve = config.serve
-    if config.farm.backend != "local" or serve is None or serve.app != "scripted" or config.fake_server is not None:
+    if config.farm.backend != "local" or serve is None or config.fake_server is not None:
         return None
-    raw["fake_server"] = {"policy": serve.policy, "latency": serve.latency, "faults": serve.faults}
+    in_process = app_for(serve).in_process(serve)
+    if in_process is None:
+        return None
+    raw["fake_server"] = in_process
     raw["serve"] = None
     if isinstance(raw.get("model"), dict):
         raw["model"].pop("serve", None)  # model.serve is the same section

@@ -3,7 +3,7 @@ run takes (HTTP proxy, request router, replicas), with the policy in place of an
 
 Stateless: a policy finds its task from the rollout identity each request carries (``metadata.task_id``, looked
 up in the run's dataset, then among the tasks a trainer's call posted: ``task_board``) and its turn from the conversation, so any replica can answer any turn. The routes are the
-fake server's (``cluster.serving.scripted_server.routes``): ``POST /v1/chat/completions`` (faults included; ``stream: true``
+scripted server's (``cluster.serving.scripted_server.routes``): ``POST /v1/chat/completions`` (faults included; ``stream: true``
 answered as a streaming response of server-sent events), ``POST /v1/completions``, ``GET /v1/models``,
 ``GET /v1/models/{id}``, ``GET /health``, ``POST /v1/sessions/release``; anything else is an OpenAI-shaped 404.
 Every reply names its replica in ``x-serve-replica`` (routing tests and ``bench_serve`` read it).
@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Iterator
 
-from ray import serve
+from cluster.serving.kinds import ServeApp
 
 
 class ScriptedPolicyServer:
     def __init__(self, server_config: dict[str, Any]):
-        from cluster.serving.scripted_server.routes import FakeRoutes
-        from cluster.serving.scripted_server.config import FakeServerConfig
+        from cluster.serving.scripted_server.routes import ScriptedRoutes
+        from cluster.serving.scripted_server.config import ScriptedServerConfig
 
         from cluster.serving.task_board import BoardTasks
+        from ray import serve
 
-        self.server = FakeRoutes(FakeServerConfig.model_validate(server_config))
+        self.server = ScriptedRoutes(ScriptedServerConfig.model_validate(server_config))
         context = serve.get_replica_context()
         self.replica = context.replica_id.unique_id
         # a trainer's tasks, posted by the farm for this application (the dataset's come first)
@@ -55,6 +56,53 @@ def app_path(request: Any) -> str:
 
 
 def build(server_config: dict[str, Any], options: dict[str, Any]) -> Any:
-    """The Serve application: ``server_config`` is a ``FakeServerConfig``'s fields, ``options`` deployment options."""
+    """The Serve application: ``server_config`` is a ``ScriptedServerConfig``'s fields, ``options`` deployment options."""
+    from ray import serve
+
     deployment = serve.deployment(ScriptedPolicyServer, name="ScriptedPolicyServer")
     return deployment.options(**options).bind(server_config)
+
+
+class ScriptedApp(ServeApp):
+    """``app: scripted``: a scripted policy on Serve; with ``farm.backend: local``, the same policy in process."""
+
+    scripted = True
+    reads_dataset = True
+
+    def preflight(self, section: Any) -> None:
+        from cluster.names import POLICIES
+        from cluster.serving.scripted_server.config import FaultsConfig
+        from rollout.config.load import validate
+
+        validate(FaultsConfig, section.faults, prefix="serve.faults")
+        POLICIES.load(section.policy, field="serve.policy")
+
+    def build(self, section: Any, model_id: str, options: dict[str, Any], *, dataset: str | None = None) -> Any:
+        from cluster.names import POLICIES
+
+        options.setdefault("ray_actor_options", {"num_cpus": 0})  # the policy takes no rollout's CPU
+        server_config = {"policy": POLICIES.resolve(section.policy), "latency": section.latency,
+                         "faults": section.faults, "dataset": dataset, "model": model_id, "check_model": True}
+        return build(server_config, options)
+
+    def controls(self, served: Any) -> Any:
+        from cluster.serving.controls import ScriptedControls
+
+        return ScriptedControls()
+
+    def post_tasks(self, section: Any, tasks: list[Any]) -> None:
+        from cluster.serving.task_board import post_tasks
+
+        post_tasks(section.name, tasks)
+
+    def clear_tasks(self, section: Any) -> None:
+        from cluster.serving.task_board import clear_tasks
+
+        clear_tasks(section.name)
+
+    def model_overrides(self, section: Any, model_config: Any) -> dict[str, Any]:
+        # the sticky router frees a rollout's replica when told the rollout ended
+        return {"release_sessions": section.router == "sticky"}
+
+    def in_process(self, section: Any) -> dict[str, Any] | None:
+        return {"policy": section.policy, "latency": section.latency, "faults": section.faults}

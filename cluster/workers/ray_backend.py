@@ -19,26 +19,22 @@ from typing import Any, TextIO
 import ray
 from ray.exceptions import RayActorError
 
-from cluster.workers.channel import Channel, WorkerGone, as_future, first_line, retrieve
+from cluster.workers.channel import WorkerGone, retrieve
+from cluster.workers.membership import NodeMembership
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
 from cluster.backends.seam import Backend
 from cluster.workers.slots import Node, Resources, describe_nodes
 from cluster.workers.wire import decode_result
-from cluster.workers.worker_actor import spawn_worker
 from rollout.errors import DeadlineExceeded, WorkerDied
 from rollout.events import Observer
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.runner import failure_result
 from rollout.waits import within
 
-NODE_REFRESH_INTERVAL = 5.0
-"""Seconds between looks at the cluster's node list (joined and lost nodes)."""
-WORKER_START_TIMEOUT = 120.0
-"""Seconds a new worker actor may take to answer its first call."""
 CANCEL_GRACE = 30.0
 """Seconds a cancelled attempt may take to close its runtime before its containers are removed by label."""
 
-class RayBackend(Backend):
+class RayBackend(NodeMembership, Backend):
     """``Backend`` for the driver: ``execute(task, meta, observers)`` on the least loaded node's worker."""
 
     def __init__(self, source: Any, *, run_id: str, resources: Resources, concurrency: int,
@@ -105,6 +101,15 @@ class RayBackend(Backend):
     async def live(self) -> list[dict[str, Any]]:
         """The in-flight rollouts of every live worker (``RolloutWorker.live`` rows)."""
         return [row for rows in await self.broadcast("live") for row in rows]
+
+    async def set_model_url(self, base_url: str) -> None:
+        """The model answers at ``base_url`` now (it deployed while the workers started): workers started from
+        now on get it with their source, the live ones (the starting ones once up) are told."""
+        self.source.base_url = base_url
+        self.source_ref = ray.put(self.source)
+        await asyncio.gather(*(n.starting for n in self.nodes.values() if n.starting is not None),
+                             return_exceptions=True)
+        await self.broadcast("set_base_url", base_url)
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         node = await self._acquire()
@@ -180,74 +185,3 @@ class RayBackend(Backend):
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
-
-    async def _refresh_loop(self) -> None:
-        while True:
-            await asyncio.sleep(NODE_REFRESH_INTERVAL)
-            try:
-                if self._reap_pending:  # a dead worker's process may have lingered (a zombie) at the first look
-                    self._reap_pending = False
-                    await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
-                await self._refresh_nodes()
-            except Exception as exc:  # noqa: BLE001 - a GCS hiccup must not end the run
-                print(f"[farm] node refresh failed: {exc}", file=self.out, flush=True)
-
-    async def _refresh_nodes(self) -> None:
-        listed = await asyncio.to_thread(ray.nodes)
-        alive = {n["NodeID"]: n for n in listed if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0}
-        for node_id, info in alive.items():
-            if (node_id, 0) not in self.nodes:
-                capacity = self.resources.capacity(info["Resources"], self.concurrency)
-                for index, share in enumerate(self.resources.workers(info["Resources"], capacity)):
-                    node = self.nodes[(node_id, index)] = Node(node_id, share, index=index)
-                    self._start_worker(node)
-        for node in self.nodes.values():
-            if node.alive and node.node_id not in alive:
-                node.alive = False
-                if node.index == 0:
-                        print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
-                          file=self.out, flush=True)
-            elif node.alive and node.actor is None and node.starting is None:
-                self._start_worker(node)
-        await self._notify()
-
-    def _start_worker(self, node: Node) -> None:
-        node.generation += 1
-        generation = node.generation
-
-        async def start() -> None:
-            actor = spawn_worker(self.source_ref, node.node_id, f"{self.name}:{self.run_id}:{node.node_id[:8]}:"
-                                 f"{node.index}:{generation}", run_dir=self.run_dir, run_id=self.run_id)
-            try:
-                info = await within(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
-            except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
-                ray.kill(actor, no_restart=True)
-                print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
-                      f"{type(exc).__name__}: {first_line(exc)}", file=self.out, flush=True)
-            else:
-                if node.generation == generation:
-                    node.actor, node.worker = actor, info["worker"]
-                    node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc))
-                    if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
-                        actor.reap_dead_owners.remote(self.run_id, self.engines)
-            finally:
-                node.starting = None
-                await self._notify()
-
-        node.starting = asyncio.create_task(start())
-
-    def _worker_lost(self, node: Node, generation: int, exc: BaseException) -> None:
-        if node.generation != generation or node.actor is None:
-            return  # already replaced after another of its calls failed
-        self.workers_lost += 1
-        self.metrics.inc("workers_lost")
-        node.lost_workers.append(node.worker or "?")
-        print(f"[farm] worker {node.worker} on node {node.node_id[:8]} died ({type(exc).__name__}); "
-              "its rollouts run again, a replacement starts if the node is still there", file=self.out, flush=True)
-        # Unreachable may not mean dead: make sure it runs nothing more the driver has sent elsewhere.
-        ray.kill(node.actor, no_restart=True)
-        node.actor, node.worker, node.channel = None, None, None
-        self._reap_pending = True
-        asyncio.get_running_loop().run_in_executor(None, reap_dead_owners, self.run_id, self.engines, self.out)
-        # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that
-        # died with its worker is reported dead by Ray within its health-check period, and gets none).

@@ -27,14 +27,12 @@ prefill is split across scheduler steps, and the farm seeds every sample."""
 def serve_policy(model_dir: str, name: str = "rl-policy", out: TextIO = sys.stderr) -> Any:
     """The policy at ``model_dir`` as a Ray Serve LLM application on an embedded (or joined) Ray cluster; returns
     the served model (``base_url``, ``controls()``, ``stop()``)."""
-    from cluster.serving import apps
+    from cluster.assembly import FarmAssembly
     from cluster.serving.config import ServeSection
-    from cluster.session.connect import connect
 
     section = ServeSection(app="vllm", name=name, model_source=model_dir, cpu=True, engine_kwargs=dict(ENGINE),
                            ready_timeout=900, route_prefix=f"/{name}")
-    connect(num_cpus=apps.cluster_cpus(section, None), out=out)
-    return apps.start(section, MODEL_ID, out=out)
+    return FarmAssembly(section, model={"model": MODEL_ID}, backend=None, out=out).join().start_model()
 
 
 def farm_config(base_url: str, tokenizer_dir: str, max_tokens: int = 64, max_steps: int = 4) -> dict[str, Any]:

@@ -1,1 +1,1 @@
-"""Model seam implementations: the scripted model, the OpenAI-compatible client, the fake server."""
+"""Model seam implementations: the scripted model, the OpenAI-compatible client, the scripted server."""

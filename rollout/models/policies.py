@@ -1,4 +1,4 @@
-"""Built-in scripted policies, usable by name (``policy: echo``) from a scripted model or the fake server."""
+"""Built-in scripted policies, usable by name (``policy: echo``) from a scripted model or the scripted server."""
 
 from __future__ import annotations
 

@@ -15,5 +15,5 @@ POLICIES = Registry("policy", {
     "oracle": "rollout.models.policies:oracle",
     "seed_writer": "rollout.models.policies:seed_writer",
 })
-"""Policies a scripted model or the fake server takes by short name; others by dotted path (``cluster`` turns
+"""Policies a scripted model or the scripted server takes by short name; others by dotted path (``cluster`` turns
 the other packages' short names, such as ``demo``, into their paths first)."""

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.errors import ContextLengthExceeded, ModelError
-from rollout.models import scripted_tokens as fake_tokens
+from rollout.models import scripted_tokens
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta, Task, Usage
 
@@ -86,9 +86,9 @@ def to_message(output: Output) -> tuple[Message, str]:
 
 
 def fake_response(messages: list[Message], message: Message, finish: str, model: str = "scripted") -> ModelResponse:
-    prompt_ids = fake_tokens.prompt_token_ids(messages)
-    text = fake_tokens.render_message(message)
-    completion_ids = fake_tokens.token_ids(text)
+    prompt_ids = scripted_tokens.prompt_token_ids(messages)
+    text = scripted_tokens.render_message(message)
+    completion_ids = scripted_tokens.token_ids(text)
     return ModelResponse(
         message=message,
         finish_reason=finish,
@@ -99,7 +99,7 @@ def fake_response(messages: list[Message], message: Message, finish: str, model:
         ),
         prompt_token_ids=prompt_ids,
         completion_token_ids=completion_ids,
-        logprobs=fake_tokens.logprobs(text),
+        logprobs=scripted_tokens.logprobs(text),
         model=model,
     )
 
@@ -162,7 +162,7 @@ class ScriptedModel:
         if isinstance(output, Mapping) and output.get("error") == "context_length":
             raise ContextLengthExceeded("scripted: prompt exceeds the context window")
         if self.context_window is not None:
-            n = len(fake_tokens.prompt_token_ids(messages))
+            n = len(scripted_tokens.prompt_token_ids(messages))
             if n > self.context_window:
                 raise ContextLengthExceeded(f"prompt has {n} tokens; context window is {self.context_window}")
         message, finish = to_message(output)

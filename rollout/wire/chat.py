@@ -1,4 +1,4 @@
-"""The chat-completions wire format, both ways, shared by OpenAIModel and the fake server: the
+"""The chat-completions wire format, both ways, shared by OpenAIModel and the scripted server: the
 rollout identity in ``metadata``, replies (with vLLM's token ids), context-length rejections,
 ``Retry-After``, and the file-descriptor limit that thousands of sockets need."""
 
@@ -95,7 +95,7 @@ def completion_json(response: ModelResponse, body: Mapping[str, Any], completion
 
 
 def context_length_error(limit: int, prompt: int, completion: int) -> str:
-    """The message vLLM sends with its context-length 400 (what the fake server imitates)."""
+    """The message vLLM sends with its context-length 400 (what the scripted server imitates)."""
     return (
         f"This model's maximum context length is {limit} tokens. However, you requested {prompt + completion} "
         f"tokens ({prompt} in the messages, {completion} in the completion). "

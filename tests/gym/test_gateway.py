@@ -1,4 +1,4 @@
-"""The per-rollout model gateway over real HTTP (the fake server upstream), and the ExternalAgent: an agent that
+"""The per-rollout model gateway over real HTTP (the scripted server upstream), and the ExternalAgent: an agent that
 knows only OPENAI_BASE_URL, run in a local workspace and in a real docker container."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from envs.runtimes.local import LocalRuntime
 from envs.shell_env import ShellEnvironment
 from agents.external_agent import ExternalAgent
 from rollout.context import message_text
-from cluster.serving.scripted_server.server import FakeServerConfig, FaultsConfig
-from cluster.serving.scripted_server.server import serve_in_thread as fake_server_in_thread
+from cluster.serving.scripted_server.server import ScriptedServerConfig, FaultsConfig
+from cluster.serving.scripted_server.server import serve_in_thread as scripted_server_in_thread
 from rollout.models.client.model import OpenAIModel
 from rollout.models.scripted import ScriptedModel
 from rollout.records import RequestMeta, Task
@@ -58,7 +58,7 @@ def policy(messages, ctx):
 @pytest.fixture(scope="module")
 def upstream():
     faults = FaultsConfig(match="fail-", fail_first_n=1000, status=500)
-    with fake_server_in_thread(FakeServerConfig(faults=faults), ScriptedModel(policy=policy)) as server:
+    with scripted_server_in_thread(ScriptedServerConfig(faults=faults), ScriptedModel(policy=policy)) as server:
         yield server
 
 

@@ -1,5 +1,5 @@
 """`rollout gym collect` end to end, in subprocesses: the calculator resources server in this process, the scripted
-model on the run's fake server (its faults fail one row's model calls), the farm in the subprocess (backend local).
+model on the run's scripted server (its faults fail one row's model calls), the farm in the subprocess (backend local).
 Output lines, the failures sidecar, resume after --limit and after an interrupt, bad input, a changed input;
 which farm calls cover the missing pairs."""
 

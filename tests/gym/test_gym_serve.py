@@ -59,7 +59,7 @@ def test_rollout_gym_serve_prints_its_url_and_stops_on_ctrl_c(calc):
         assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else url
         reply = httpx.post(url + "/run", json=calc_rows(1, seed=8)[0], timeout=60).json()
         assert reply["reward"] == 1.0
-        # the per-rollout model gateway, in front of the config's model (here its fake server)
+        # the per-rollout model gateway, in front of the config's model (here its scripted server)
         chat = httpx.post(url + "/rollouts/r-1/v1/chat/completions", timeout=60,
                           json={"model": "scripted", "messages": [{"role": "user", "content": "Compute 2 + 3."}]})
         assert chat.status_code == 200, chat.text

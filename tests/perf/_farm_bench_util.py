@@ -1,4 +1,4 @@
-"""Measuring helpers for bench_farm.py: the fake server in its own process, CPU and memory of a process
+"""Measuring helpers for bench_farm.py: the scripted server in its own process, CPU and memory of a process
 tree read from /proc (Linux), and a py-spy profile summarised as text.
 
 CPU accounting: a process's CPU is ``utime + stime + cutime + cstime`` from ``/proc/<pid>/stat`` (its own
@@ -103,7 +103,7 @@ class Usage:
     peak_rss_of: dict[tuple[str, ...], int] = field(default_factory=dict)
     """Peak of the summed RSS of a set of groups (sampled together)."""
     extra_cpu: dict[int, float] = field(default_factory=dict)
-    """CPU seconds of each watched pid outside the tree (the fake server)."""
+    """CPU seconds of each watched pid outside the tree (the scripted server)."""
     peak_cores: dict[str, float] = field(default_factory=dict)
     """Each group's (and ``"watched"``'s) busiest second, in cores: 1.0 is one core flat out. A single-threaded
     process near 1.0 was the limit for that second."""
@@ -116,7 +116,7 @@ class Usage:
 class Probe:
     """Wall, CPU and peak RSS of this process tree while a block runs (``with Probe(...) as probe``; then
     ``probe.usage``). ``exclude`` pids (and their subtrees) are not part of the system measured; ``watch``
-    pids get their own CPU figure (e.g. the fake server, to show whether it was the limit)."""
+    pids get their own CPU figure (e.g. the scripted server, to show whether it was the limit)."""
 
     RSS_SETS = ((DRIVER,), (DRIVER, WORKERS), (DRIVER, WORKERS, RAY))
 
@@ -213,21 +213,21 @@ class Probe:
         return dict(peaks)
 
 
-# ---- the fake server --------------------------------------------------------------------------------------
+# ---- the scripted server --------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def server_process(latency: float, policy: str = "rollout.models.policies:bash_echo") -> Iterator[tuple[str, int]]:
-    """The fake OpenAI-compatible server in its own process (its own core and GIL); yields (url, pid)."""
+    """The scripted OpenAI-compatible server in its own process (its own core and GIL); yields (url, pid)."""
     code = (
-        "from cluster.serving.scripted_server.server import serve, FakeServerConfig; "
-        f"serve(FakeServerConfig(latency={latency!r}, policy={policy!r}))"
+        "from cluster.serving.scripted_server.server import serve, ScriptedServerConfig; "
+        f"serve(ScriptedServerConfig(latency={latency!r}, policy={policy!r}))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline().strip()
         if not line:
-            raise RuntimeError("the fake server did not start")
+            raise RuntimeError("the scripted server did not start")
         yield line.rsplit(" ", 1)[-1], proc.pid
     finally:
         proc.terminate()
@@ -235,7 +235,7 @@ def server_process(latency: float, policy: str = "rollout.models.policies:bash_e
 
 
 def server_stats(url: str, reset: bool = False) -> dict:
-    """The fake server's counters (requests by status, in-flight high-water mark); ``reset`` zeroes them."""
+    """The scripted server's counters (requests by status, in-flight high-water mark); ``reset`` zeroes them."""
     import json
     import urllib.request
 

@@ -1,4 +1,4 @@
-"""Client throughput: N concurrent multi-turn rollouts against the fake server, ours vs the openai SDK.
+"""Client throughput: N concurrent multi-turn rollouts against the scripted server, ours vs the openai SDK.
 
 Little's law: with every rollout in flight at once, the ideal wall time is turns x latency,
 whatever N is. The ratio to that ideal is the client's (and the machine's) overhead.
@@ -139,10 +139,10 @@ async def measure(variant, url: str, args: argparse.Namespace) -> tuple[float, f
 
 @contextlib.contextmanager
 def server_process(latency: float):
-    """The fake server in its own process, so it does not share a core with the client."""
+    """The scripted server in its own process, so it does not share a core with the client."""
     code = (
-        "from cluster.serving.scripted_server.server import serve, FakeServerConfig; "
-        f"serve(FakeServerConfig(latency={latency!r}, policy='rollout.models.policies:bash_echo'))"
+        "from cluster.serving.scripted_server.server import serve, ScriptedServerConfig; "
+        f"serve(ScriptedServerConfig(latency={latency!r}, policy='rollout.models.policies:bash_echo'))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     raise_open_file_limit()
     if not args.default_gc:
-        tune_gc()  # as `rollout run` does; the fake server process tunes its own
+        tune_gc()  # as `rollout run` does; the scripted server process tunes its own
     ideal = args.turns * args.latency
     rows = []
     with server_process(args.latency) as url:

@@ -150,7 +150,7 @@ def timing_notes(results: list[Any], latency: float, received: dict[str, float] 
 
 
 def served(url: str) -> str:
-    """What the fake server saw since its counters were last reset (retries show as extra requests)."""
+    """What the scripted server saw since its counters were last reset (retries show as extra requests)."""
     stats = server_stats(url)
     errors = sum(n for code, n in stats["by_status"].items() if code != "200")
     return f"server saw {stats['requests']} requests ({errors} errors), max {stats['max_in_flight']} in flight"
@@ -547,7 +547,7 @@ def usage_notes(row: Row, server_pid_cpu: bool = True) -> list[str]:
     notes.append("cores avg/peak " + ", ".join(
         f"{g} {u.cpu.get(g, 0.0) / u.wall:.2f}/{u.peak_cores.get(g, 0.0):.2f}" for g in groups[:2]))
     if u.extra_cpu and server_pid_cpu:
-        notes.append(f"fake server cpu {sum(u.extra_cpu.values()):.1f} s, peak {u.peak_cores.get('watched', 0.0):.2f} "
+        notes.append(f"scripted server cpu {sum(u.extra_cpu.values()):.1f} s, peak {u.peak_cores.get('watched', 0.0):.2f} "
                      "cores")
     return notes
 

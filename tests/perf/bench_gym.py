@@ -1,6 +1,6 @@
 """The agent server under load: N concurrent ``POST /run`` of calculator rows vs the same rollouts through
 ``RolloutFarm.generate`` directly, on the same farm (the calculator resources server and the scripted model on the
-fake server over 127.0.0.1, both in this process's threads).
+scripted server over 127.0.0.1, both in this process's threads).
 
     python tests/perf/bench_gym.py                 # 200 concurrent requests, local backend
     python tests/perf/bench_gym.py --n 400 --backend ray

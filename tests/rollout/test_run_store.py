@@ -172,7 +172,7 @@ def test_sigkill_loses_nothing_that_was_appended(tmp_path):
         f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-        from tests.test_run_store import result
+        from tests.rollout.test_run_store import result
         from rollout.store.run_dir import RunStore
         store = RunStore({str(run_dir)!r}).open({{}}, {{}})
         i = 0

@@ -1,4 +1,4 @@
-"""The OpenAI API as the fake server speaks it: a request's checks (400s that name the field), OpenAI-shaped
+"""The OpenAI API as the scripted server speaks it: a request's checks (400s that name the field), OpenAI-shaped
 errors, ``n`` choices cut to ``max_tokens`` with ``top_logprobs``, and ``/v1/completions`` replies (text prompts)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from rollout.models import scripted_tokens as fake_tokens
+from rollout.models import scripted_tokens
 from rollout.wire.chat import completion_json
 from rollout.protocols import ModelResponse
 from rollout.records import Message, Usage
 
-PIECES = fake_tokens._TOKEN
+PIECES = scripted_tokens._TOKEN
 """How the fake tokenizer splits text: one fake token per piece."""
-ROLE_PREFIX = fake_tokens.render_message({"role": "assistant"})
+ROLE_PREFIX = scripted_tokens.render_message({"role": "assistant"})
 """The rendered assistant message starts with these fake tokens, before its content."""
 MAX_N, MAX_TOP_LOGPROBS = 128, 20
 TEXT_MAX_TOKENS = 16
@@ -164,7 +164,7 @@ def alternatives(token: int, logprob: float, k: int) -> list[tuple[int, float]]:
     """``k`` deterministic (token, logprob) pairs, most likely first: the sampled token and k-1 others that share
     the rest of the probability mass by halves."""
     rest = math.log(max(1e-6, -math.expm1(logprob)))  # log(1 - p)
-    others = [(100 + zlib.crc32(f"{token}:{j}".encode()) % (fake_tokens.VOCAB_SIZE - 100),
+    others = [(100 + zlib.crc32(f"{token}:{j}".encode()) % (scripted_tokens.VOCAB_SIZE - 100),
                round(rest - j * math.log(2), 3)) for j in range(1, k)]
     return sorted([(token, logprob), *others], key=lambda pair: -pair[1])[:k]
 
@@ -174,7 +174,7 @@ def cut(response: ModelResponse, limit: int | None) -> ModelResponse:
     ids = response.completion_token_ids
     if limit is None or (ids is not None and len(ids) <= limit):
         return response
-    pieces = PIECES.findall(fake_tokens.render_message(response.message))
+    pieces = PIECES.findall(scripted_tokens.render_message(response.message))
     if len(pieces) <= limit:
         return response
     text = "".join(pieces[:limit])
@@ -223,8 +223,8 @@ def text_reply(req: ApiRequest, responses: list[ModelResponse], completion_id: s
         finish = "length" if req.max_tokens is not None and len(pieces) > req.max_tokens else "stop"
         pieces = pieces[:req.max_tokens]
         text = "".join(pieces)
-        ids, logprobs = fake_tokens.token_ids(text), fake_tokens.logprobs(text)
-        prompt_ids = fake_tokens.token_ids(req.prompts[i // req.n][0]["content"])
+        ids, logprobs = scripted_tokens.token_ids(text), scripted_tokens.logprobs(text)
+        prompt_ids = scripted_tokens.token_ids(req.prompts[i // req.n][0]["content"])
         choice: dict[str, Any] = {"index": i, "text": text, "logprobs": None, "finish_reason": finish}
         if req.logprobs is not None:
             top = [dict((p if t == token else str(t), x) for t, x in alternatives(token, lp, req.logprobs))

@@ -1,4 +1,4 @@
-"""The fake server's config and the faults it injects on purpose (failures, rate limits, hangs, refusals)."""
+"""The scripted server's config and the faults it injects on purpose (failures, rate limits, hangs, refusals)."""
 
 from __future__ import annotations
 
@@ -33,11 +33,11 @@ class FaultsConfig(StrictModel):
     broken text: a strict client decoder refuses the whole reply."""
 
 
-class FakeServerConfig(StrictModel):
+class ScriptedServerConfig(StrictModel):
     host: str = "127.0.0.1"
     """Interface to listen on."""
     port: int = Field(default=0, ge=0, le=65535)
-    """TCP port; 0 picks a free one (read it from ``FakeServer.url``)."""
+    """TCP port; 0 picks a free one (read it from ``ScriptedServer.url``)."""
     latency: float = Field(default=0.0, ge=0)
     """Seconds every completion takes, like a model's generation time."""
     policy: str | None = None
@@ -50,7 +50,7 @@ class FakeServerConfig(StrictModel):
     """The model name served by ``/v1/models`` and echoed in responses."""
     check_model: bool = False
     """Answer 404 (``model_not_found``) to a request naming another model, as OpenAI and vLLM do. Off for the
-    in-process fake server, whose clients name their scripted model as they like."""
+    in-process scripted server, whose clients name their scripted model as they like."""
     backlog: int = Field(default=8192, ge=1)
     """Listen backlog: thousands of clients connect at once (the kernel may cap it at somaxconn)."""
     faults: FaultsConfig = Field(default_factory=FaultsConfig)

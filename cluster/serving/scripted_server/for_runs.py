@@ -20,13 +20,13 @@ def joins_cluster(farm: Any) -> bool:
 
 async def start_demo_server(section: Any, *, dataset: str | Path | None = None, remote: bool = False) -> Any:
     """Serve ``section``'s policy; the server's ``url`` is what models should use as their base URL."""
-    from cluster.serving.scripted_server.server import FakeServerConfig, start_fake_server
+    from cluster.serving.scripted_server.server import ScriptedServerConfig, start_scripted_server
 
-    config = validate(FakeServerConfig, {
+    config = validate(ScriptedServerConfig, {
         "policy": POLICIES.resolve(section.policy), "latency": section.latency, "faults": section.faults,
         "dataset": str(dataset) if dataset is not None else None, "host": "0.0.0.0" if remote else "127.0.0.1",
     }, prefix="fake_server")
-    server = await start_fake_server(config)
+    server = await start_scripted_server(config)
     if remote:
         port = server.root_url.rsplit(":", 1)[1]
         server.root_url = f"http://{node_address()}:{port}"

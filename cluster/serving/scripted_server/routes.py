@@ -1,5 +1,5 @@
-"""The fake server's OpenAI routes over a ScriptedModel, with its injected faults and request counters: the one
-answer of the aiohttp fake server (``fake_server``) and of the Ray Serve scripted app (``cluster.serving``).
+"""The scripted server's OpenAI routes over a ScriptedModel, with its injected faults and request counters: the one
+answer of the aiohttp scripted server (``fake_server``) and of the Ray Serve scripted app (``cluster.serving``).
 
 Routes: ``POST /v1/chat/completions`` (``stream``, ``n``, ``max_tokens``, ``logprobs``/``top_logprobs``),
 ``POST /v1/completions`` (text prompts), ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``,
@@ -17,9 +17,9 @@ from typing import Any
 
 from rollout.data.dataset import load_tasks
 from rollout.errors import ContextLengthExceeded, ModelError
-from rollout.models import scripted_tokens as fake_tokens
+from rollout.models import scripted_tokens
 from cluster.serving.scripted_server.api import ApiRequest, Invalid, Reply, chat_reply, error_body, parse_request, text_reply
-from cluster.serving.scripted_server.config import FakeServerConfig, FaultsConfig
+from cluster.serving.scripted_server.config import ScriptedServerConfig, FaultsConfig
 from cluster.serving.scripted_server.stream import chat_events, text_events
 from rollout.wire.chat import context_length_error, meta_from_request
 from rollout.models.scripted import ScriptedModel, ScriptedModelConfig
@@ -27,10 +27,10 @@ from rollout.protocols import ModelResponse
 from rollout.records import RequestMeta
 
 
-class FakeRoutes:
-    """The routes of one fake server, without a listener: ``route`` answers a request."""
+class ScriptedRoutes:
+    """The routes of one scripted server, without a listener: ``route`` answers a request."""
 
-    def __init__(self, config: FakeServerConfig, model: ScriptedModel | None = None):
+    def __init__(self, config: ScriptedServerConfig, model: ScriptedModel | None = None):
         self.config = config
         self.faults = config.faults
         # The scripted policy only looks tasks up by id; the run that names the dataset has checked its paths.
@@ -168,7 +168,7 @@ class FakeRoutes:
             if n <= faults.fail_first_n + faults.rate_limit_first_n:
                 return Reply(429, error_body("injected rate limit", 429), {"Retry-After": f"{faults.retry_after:g}"})
         limit = faults.context_length_after_tokens
-        if limit is not None and (n_prompt := len(fake_tokens.prompt_token_ids(req.prompts[0]))) > limit:
+        if limit is not None and (n_prompt := len(scripted_tokens.prompt_token_ids(req.prompts[0]))) > limit:
             message = context_length_error(limit, n_prompt, req.body.get("max_tokens") or 0)
             return Reply(400, error_body(message, 400))
         return None

@@ -1,4 +1,4 @@
-"""A fake OpenAI-compatible server over a ScriptedModel, with fault injection: the routes of ``fake_routes`` over
+"""A scripted OpenAI-compatible server over a ScriptedModel, with fault injection: the routes of ``routes`` over
 aiohttp, plus ``GET|POST /admin/faults`` (read / replace the faults; replacing resets their counters) and
 ``GET|DELETE /admin/stats`` (request counters by status, in-flight high-water mark; DELETE resets).
 Streamed replies are written event by event.
@@ -16,25 +16,25 @@ from pydantic import ValidationError
 
 from rollout.config.load import config_error
 from cluster.serving.scripted_server.api import Reply, error_body
-from cluster.serving.scripted_server.routes import FakeRoutes
-from cluster.serving.scripted_server.config import FakeServerConfig, FaultsConfig
+from cluster.serving.scripted_server.routes import ScriptedRoutes
+from cluster.serving.scripted_server.config import ScriptedServerConfig, FaultsConfig
 from rollout.wire.chat import raise_open_file_limit
 from rollout.models.scripted import ScriptedModel
 
-__all__ = ["FakeServer", "FakeServerConfig", "FaultsConfig", "Reply", "error_body", "fake_server", "serve",
-           "serve_in_thread", "start_fake_server"]
+__all__ = ["ScriptedServer", "ScriptedServerConfig", "FaultsConfig", "Reply", "error_body", "fake_server", "serve",
+           "serve_in_thread", "start_scripted_server"]
 
 
-class FakeServer(FakeRoutes):
-    """One running fake server. Use ``start_fake_server`` / ``fake_server`` / ``serve_in_thread``."""
+class ScriptedServer(ScriptedRoutes):
+    """One running scripted server. Use ``start_scripted_server`` / ``fake_server`` / ``serve_in_thread``."""
 
-    def __init__(self, config: FakeServerConfig, model: ScriptedModel | None = None):
+    def __init__(self, config: ScriptedServerConfig, model: ScriptedModel | None = None):
         super().__init__(config, model)
         self.url = self.root_url = ""
         """``http://host:port/v1`` for clients; ``root_url`` (no /v1) for /health and /admin."""
         self._runner: web.AppRunner | None = None
 
-    async def start(self) -> "FakeServer":
+    async def start(self) -> "ScriptedServer":
         raise_open_file_limit()
         app = web.Application()
         app.router.add_get("/admin/faults", _get(lambda: self.faults.model_dump()))
@@ -93,16 +93,16 @@ def _get(produce: Callable[[], Any]) -> Callable[[web.Request], Awaitable[web.Re
     return handler
 
 
-async def start_fake_server(config: FakeServerConfig | None = None, model: ScriptedModel | None = None) -> FakeServer:
+async def start_scripted_server(config: ScriptedServerConfig | None = None, model: ScriptedModel | None = None) -> ScriptedServer:
     """Start a server on the running loop; ``model`` replaces the one the config describes."""
-    return await FakeServer(config or FakeServerConfig(), model).start()
+    return await ScriptedServer(config or ScriptedServerConfig(), model).start()
 
 
 @contextlib.asynccontextmanager
 async def fake_server(
-    config: FakeServerConfig | None = None, model: ScriptedModel | None = None
-) -> AsyncIterator[FakeServer]:
-    server = await start_fake_server(config, model)
+    config: ScriptedServerConfig | None = None, model: ScriptedModel | None = None
+) -> AsyncIterator[ScriptedServer]:
+    server = await start_scripted_server(config, model)
     try:
         yield server
     finally:
@@ -110,13 +110,13 @@ async def fake_server(
 
 
 @contextlib.contextmanager
-def serve_in_thread(config: FakeServerConfig | None = None, model: ScriptedModel | None = None) -> Iterator[FakeServer]:
+def serve_in_thread(config: ScriptedServerConfig | None = None, model: ScriptedModel | None = None) -> Iterator[ScriptedServer]:
     """A server on its own loop in a daemon thread, for sync code and tests that call asyncio.run."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="fake-openai-server", daemon=True)
     thread.start()
     try:
-        server = asyncio.run_coroutine_threadsafe(start_fake_server(config, model), loop).result(timeout=30)
+        server = asyncio.run_coroutine_threadsafe(start_scripted_server(config, model), loop).result(timeout=30)
         try:
             yield server
         finally:
@@ -127,7 +127,7 @@ def serve_in_thread(config: FakeServerConfig | None = None, model: ScriptedModel
         loop.close()
 
 
-def serve(config: FakeServerConfig | None = None) -> None:
+def serve(config: ScriptedServerConfig | None = None) -> None:
     """Run until interrupted (``rollout fake-server``); prints the URL first."""
     from rollout.gc_tuning import tune_gc
 

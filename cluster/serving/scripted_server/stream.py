@@ -47,7 +47,7 @@ def _chat_choice(choice: dict[str, Any], base: dict[str, Any]) -> list[dict[str,
         out += [chunk({"content": piece}, 1) for piece in PIECES.findall(message["content"])]
     for i, call in enumerate(message.get("tool_calls") or []):
         fn = call["function"]
-        rendered = json.dumps({"name": fn["name"], "arguments": fn["arguments"]}, sort_keys=True)  # as fake_tokens
+        rendered = json.dumps({"name": fn["name"], "arguments": fn["arguments"]}, sort_keys=True)  # as scripted_tokens
         head = {"index": i, "id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": ""}}
         out.append(chunk({"tool_calls": [head]}, len(PIECES.findall(rendered))))
         out += [chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}, 0)

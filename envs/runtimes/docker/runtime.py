@@ -9,13 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from envs.runtimes import warm_pool
-
-from envs.runtimes.docker import containers
-
+from envs.runtimes.docker import containers, engines
 from envs.runtimes.docker import start as docker_start
-
-from envs.runtimes.docker import engines
-from envs.runtimes.docker.config import PODMAN_ULIMITS as _PODMAN_ULIMITS
 from envs.runtimes.docker.config import DockerRuntimeConfig
 from envs.runtimes.docker.commands import WRAPPER, ExecJob
 from envs.runtimes.docker.files import get_file, put_file
@@ -158,18 +153,10 @@ class DockerRuntime:
         if cfg.die_with_owner:  # the watchdog removes it even if the owner dies before it starts
             labels[WITH_OWNER_LABEL] = "1"
             ensure_watchdog(self.engine, cfg.base_url)
-        ulimits = dict(cfg.ulimits if cfg.ulimits is not None else (_PODMAN_ULIMITS if self.engine == "podman" else {}))
-        if cfg.max_file_size is not None:
-            ulimits.setdefault("fsize", docker_start.size_bytes(cfg.max_file_size))
         disk = cfg.disk is not None and docker_start.disk_supported(api, key)
         engine_init = cfg.init and key not in _engines_without_init
         command = docker_start.main_command(cfg.ttl, cfg.init and not engine_init, cfg.die_with_owner)
-        host_config = api.create_host_config(
-            network_mode=cfg.network, mem_limit=cfg.memory, memswap_limit=cfg.memory, nano_cpus=int(cfg.cpus * 1e9),
-            pids_limit=cfg.pids_limit, cap_drop=["ALL"], cap_add=cfg.cap_add or None, security_opt=cfg.security_opt,
-            init=engine_init, auto_remove=True, ulimits=[docker_start.ulimit(k, v) for k, v in ulimits.items()] or None,
-            storage_opt={"size": cfg.disk} if disk else None,
-        )
+        host_config = docker_start.host_config(api, cfg, self.engine, engine_init=engine_init, disk=disk)
         try:
             # stdin_open without detach: the SDK then sets StdinOnce, so the engine closes the main process's
             # stdin when the switch's stream closes.

@@ -134,3 +134,20 @@ def quiet_remove(api: Any, container_id: str) -> None:
         api.remove_container(container_id, force=True)
     except Exception:  # noqa: BLE001 - already gone (auto-remove) or being removed: the goal is reached
         pass
+
+
+def host_config(api: Any, cfg: Any, engine: str, *, engine_init: bool, disk: bool) -> Any:
+    """The container's limits as the engine takes them: memory (no swap beyond it), CPUs, pids, every
+    capability dropped but ``cap_add``, ulimits (podman's defaults unless given; ``max_file_size`` as ``fsize``),
+    the disk quota where the storage driver has one, removed when it stops."""
+    from envs.runtimes.docker.config import PODMAN_ULIMITS
+
+    ulimits = dict(cfg.ulimits if cfg.ulimits is not None else (PODMAN_ULIMITS if engine == "podman" else {}))
+    if cfg.max_file_size is not None:
+        ulimits.setdefault("fsize", size_bytes(cfg.max_file_size))
+    return api.create_host_config(
+        network_mode=cfg.network, mem_limit=cfg.memory, memswap_limit=cfg.memory, nano_cpus=int(cfg.cpus * 1e9),
+        pids_limit=cfg.pids_limit, cap_drop=["ALL"], cap_add=cfg.cap_add or None, security_opt=cfg.security_opt,
+        init=engine_init, auto_remove=True, ulimits=[ulimit(k, v) for k, v in ulimits.items()] or None,
+        storage_opt={"size": cfg.disk} if disk else None,
+    )

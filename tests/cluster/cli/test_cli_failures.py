@@ -85,7 +85,7 @@ def test_a_non_retryable_failure_runs_once_and_stays_final_on_resume(tmp_path, b
 
 
 def real_model_config(tmp_path, **runtime) -> Path:
-    """The demo with a real model endpoint (no fake server) that nothing listens on."""
+    """The demo with a real model endpoint (no scripted server) that nothing listens on."""
     config = yaml.safe_load(DEMO.read_text())
     del config["fake_server"]
     config["model"]["base_url"] = f"http://127.0.0.1:{closed_port()}/v1"

@@ -251,7 +251,12 @@ def test_driver_live_state_has_worker_shaped_rows_and_the_file_says_interrupted(
     job = jobs.prepare([str(config)], out=io.StringIO())
 
     async def scenario():
-        backend, close = await jobs.open_backend(job, None)
+        from cluster.assembly import FarmAssembly
+        from cluster.run.startup import open_run
+
+        assembly = FarmAssembly.for_run(job.config, out=io.StringIO())
+        backend = await open_run(job, assembly, None)
+        close = assembly.close
         driver = Driver(backend, job.store, job.plan, run_id=job.run_id, concurrency=4, progress_interval=0.2,
                         out=io.StringIO())
         running = asyncio.create_task(driver.run())

@@ -1,5 +1,5 @@
 """What a trainer plugs in without glue: the runnable example, scripted policies that see the tasks a call hands
-them (fake server and the Serve scripted app), dataset-shaped rows, trainer samples, sampling per call,
+them (scripted server and the Serve scripted app), dataset-shaped rows, trainer samples, sampling per call,
 staleness."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def results(run_dir):
 
 
 def swe_run(tmp_path, *overrides):
-    """The SWE demo in process: its scripted model served by the in-process fake server instead of Ray Serve
+    """The SWE demo in process: its scripted model served by the in-process scripted server instead of Ray Serve
     (``test_serve_scripted`` runs the demo through Serve)."""
     data = tmp_path / "data" / "swe_mini.jsonl"
     return rollout(tmp_path, "run", str(CONFIG), f"dataset.path={data}", "dataset.slice=0:3", "serve=null",

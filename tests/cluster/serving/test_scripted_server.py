@@ -1,4 +1,4 @@
-"""The fake OpenAI-compatible server over real HTTP: wire format, faults, stats, policies, the serve entry."""
+"""The scripted OpenAI-compatible server over real HTTP: wire format, faults, stats, policies, the serve entry."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import openai
 import orjson
 import pytest
 
-from rollout.models import scripted_tokens as fake_tokens
-from cluster.serving.scripted_server.server import FakeServerConfig, serve_in_thread
+from rollout.models import scripted_tokens
+from cluster.serving.scripted_server.server import ScriptedServerConfig, serve_in_thread
 from rollout.wire.chat import is_context_length_error
 from rollout.models.scripted import ScriptedModel
 
 
 @pytest.fixture(scope="module")
 def server():
-    config = FakeServerConfig(outputs=["first", {"tool_calls": [{"name": "ls", "arguments": {"path": "."}}]}, "third"])
+    config = ScriptedServerConfig(outputs=["first", {"tool_calls": [{"name": "ls", "arguments": {"path": "."}}]}, "third"])
     with serve_in_thread(config) as srv:
         yield srv
 
@@ -67,8 +67,8 @@ def test_the_official_sdk_reads_replies_tool_calls_token_ids_and_logprobs(server
 
     first = create(extra_body={"return_token_ids": True}, logprobs=True)
     assert first.choices[0].message.content == "first" and first.choices[0].finish_reason == "stop"
-    assert first.usage.prompt_tokens == len(fake_tokens.prompt_token_ids(messages))
-    assert first.model_extra["prompt_token_ids"] == fake_tokens.prompt_token_ids(messages)
+    assert first.usage.prompt_tokens == len(scripted_tokens.prompt_token_ids(messages))
+    assert first.model_extra["prompt_token_ids"] == scripted_tokens.prompt_token_ids(messages)
     assert len(first.choices[0].model_extra["token_ids"]) == len(first.choices[0].logprobs.content) > 0
     second = create()
     call = second.choices[0].message.tool_calls[0]
@@ -107,7 +107,7 @@ def test_rate_limit_sends_retry_after(server):
 def test_context_length_fault_uses_the_vllm_wording(server):
     http(server.root_url + "/admin/faults", {"match": "cl-", "context_length_after_tokens": 3})
     status, body, _ = chat(server, "cl-1", max_tokens=10)
-    n = len(fake_tokens.prompt_token_ids([{"role": "user", "content": "hi"}]))
+    n = len(scripted_tokens.prompt_token_ids([{"role": "user", "content": "hi"}]))
     assert status == 400
     assert body["error"]["message"].startswith(
         f"This model's maximum context length is 3 tokens. However, you requested {n + 10} tokens"
@@ -160,7 +160,7 @@ def test_a_hung_handler_ends_when_its_client_gives_up(server):
 
 
 def test_bash_echo_policy_takes_three_turns_then_submits():
-    with serve_in_thread(FakeServerConfig(policy="rollout.models.policies:bash_echo")) as srv:
+    with serve_in_thread(ScriptedServerConfig(policy="rollout.models.policies:bash_echo")) as srv:
         messages = [{"role": "user", "content": "fix the bug"}]
         replies = []
         for _ in range(3):
@@ -173,7 +173,7 @@ def test_bash_echo_policy_takes_three_turns_then_submits():
 
 
 def test_default_policy_echoes_the_last_user_or_tool_message():
-    with serve_in_thread(FakeServerConfig()) as srv:
+    with serve_in_thread(ScriptedServerConfig()) as srv:
         messages = [
             {"role": "user", "content": "one"},
             {"role": "assistant", "content": "x"},
@@ -196,7 +196,7 @@ def test_a_broken_policy_is_a_counted_500():
 
 
 def test_serve_entry_prints_its_url_and_serves_until_stopped():
-    code = "from cluster.serving.scripted_server.server import serve, FakeServerConfig; serve(FakeServerConfig(latency=0.01))"
+    code = "from cluster.serving.scripted_server.server import serve, ScriptedServerConfig; serve(ScriptedServerConfig(latency=0.01))"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -1,12 +1,12 @@
-"""A run's start-up on the Ray backend, its parts side by side, and the clock that splits the seconds before the
+"""A run's start-up, its parts side by side on the Ray backend, and the clock that splits the seconds before the
 first model call.
 
-``start_ray_farm``: Ray starts on the main thread (Ray wants it) while, on threads, the container images of the
-first rollouts (as many as run at once) are resolved (found, or built from their rows, so the workers find them;
-the later rollouts' images stay the workers' business) and containers a dead earlier attempt left are reaped;
-then the run's Serve application deploys on a thread while the worker actors start, and the workers learn the
-model's URL once it answers. Whatever fails, what had started is closed. At the run's end
-``release_own_cluster`` stops the embedded cluster the run started, while its outputs are written.
+``open_run``: on the Ray backend, Ray starts on the main thread (Ray wants it) while, on threads, the container
+images of the first rollouts (as many as run at once) are resolved (found, or built from their rows, so the
+workers find them; the later rollouts' images stay the workers' business) and containers a dead earlier attempt
+left are reaped; then the run's Serve application deploys on a thread while the worker actors start, and the
+workers learn the model's URL once it answers. Whatever fails, what had started is closed. The parts themselves
+(the cluster session, the model, the backend) are the run's ``cluster.assembly.FarmAssembly``.
 
 ``StartupClock`` keeps each part's span (wall clock, so a worker's first model call on the same host compares);
 ``split`` gives the run summary's ``startup`` entry: seconds from the job's start to the first model call, each
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Iterable, Iterator, TypeVar
@@ -113,76 +112,69 @@ def resolve_images(composer: Any, tasks: Iterable[Any]) -> int:
     return len(todo)
 
 
-async def start_ray_farm(job: Any, base_url: str | None,
-                         start_model: Callable[[], Any] | None) -> tuple[Any, Any]:
-    """The job's Ray backend started and, with ``start_model`` (blocking: deploys and waits), its served model,
-    side by side; images resolved and leftovers reaped meanwhile. Returns ``(backend, served or None)``."""
-    import ray
-
-    from cluster.backends.choose import start_ray_backend
+async def open_run(job: Any, assembly: Any, base_url: str | None) -> Any:
+    """The job's backend started on ``assembly`` (``cluster.assembly``) and its ``serve`` model deployed; returns
+    the backend. On Ray the model deploys while the workers start; the local backend starts after it. Whatever
+    fails, what had started is closed."""
+    from cluster.backends.choose import run_settings
     from cluster.run.host_checks import reap_leftovers
-    from cluster.serving import apps
-    from cluster.session.connect import connect
     from cluster.workers.worker import ConfigSource
 
-    loop, clock, farm, section = asyncio.get_running_loop(), job.clock, job.config.farm, job.config.serve
-    on_this_host = not (farm.address or os.environ.get("RAY_ADDRESS"))
+    settings = run_settings(job.config, job.composer, run_id=job.run_id, run_dir=str(job.run_dir))
+    if job.config.farm.backend == "ray":
+        return await _open_on_ray(job, assembly, base_url, settings)
+    reap_leftovers(job.run_id, job.composer.container_engines(), job.out)
+    try:
+        if assembly.serve is not None:
+            assembly.join()  # a model on Serve under a local backend
+            with job.clock.span("serve"):
+                base_url = assembly.start_model().base_url
+        return await assembly.start_backend(ConfigSource(job.composer, base_url), **settings)
+    except BaseException:
+        await _close_quietly(assembly)
+        raise
+
+
+async def _open_on_ray(job: Any, assembly: Any, base_url: str | None, settings: dict[str, Any]) -> Any:
+    """Ray joined or started on the main thread while, on threads, the first rollouts' images are resolved and
+    leftovers reaped; then the model deploys on a thread while the workers start, and they learn its URL."""
+    from cluster.run.host_checks import reap_leftovers
+    from cluster.session.connect import join_address
+    from cluster.workers.worker import ConfigSource
+
+    loop, clock = asyncio.get_running_loop(), job.clock
     background = [loop.run_in_executor(None, reap_leftovers, job.run_id, job.composer.container_engines(), job.out)]
-    if on_this_host:  # the workers run here: the images their first rollouts need, found (or built) now
+    if join_address(job.config.farm.address) is None:  # the workers run here: their first rollouts' images, now
         first = [task for task, _, _ in job.plan.todo[:job.config.run.concurrency]]
         background.append(loop.run_in_executor(None, clock.call, "images", resolve_images, job.composer, first))
-    cpus = apps.cluster_cpus(section, farm.num_cpus) if section is not None else farm.num_cpus
-    fresh = on_this_host and not ray.is_initialized()
     try:
         with clock.span("ray"):
-            connect(farm.address, num_cpus=cpus, dashboard=farm.dashboard, out=job.out)
-        job.owns_cluster = fresh
+            assembly.join()
     except BaseException:
         await asyncio.gather(*background, return_exceptions=True)
         raise
-    serving = loop.run_in_executor(None, clock.call, "serve", start_model) if start_model is not None else None
-    starting = clock.timed("workers", start_ray_backend(
-        ConfigSource(job.composer, base_url), job.config, job.composer, run_id=job.run_id,
-        run_dir=str(job.run_dir), out=job.out))
-    backend, served, *rest = await asyncio.gather(
-        starting, serving if serving is not None else _none(), *background, return_exceptions=True)
-    failed = [r for r in (served, backend, *rest) if isinstance(r, BaseException)]
+    serving = loop.run_in_executor(None, clock.call, "serve", assembly.start_model) \
+        if assembly.serve is not None else _none()
+    starting = clock.timed("workers", assembly.start_backend(ConfigSource(job.composer, base_url), **settings))
+    backend, served, *rest = await asyncio.gather(starting, serving, *background, return_exceptions=True)
     try:
+        failed = [r for r in (served, backend, *rest) if isinstance(r, BaseException)]
         if failed:
             raise failed[0]
         if served is not None:
-            await tell_model_url(backend, served.base_url)
-    except BaseException:  # close what did start
-        await asyncio.gather(*([] if isinstance(backend, BaseException) else [backend.close()]),
-                             *([] if isinstance(served, BaseException) or served is None
-                               else [asyncio.to_thread(served.stop)]), return_exceptions=True)
+            await assembly.set_model_url(served.base_url)
+    except BaseException:
+        await _close_quietly(assembly)
         raise
-    return backend, served
+    return backend
 
 
-async def tell_model_url(backend: Any, base_url: str) -> None:
-    """The model answers at ``base_url`` now (it deployed while the workers started): workers the backend starts
-    from now on get it with their source, the live ones (the starting ones once up) are told."""
-    import ray
-
-    backend.source.base_url = base_url
-    backend.source_ref = ray.put(backend.source)
-    await asyncio.gather(*(n.starting for n in backend.nodes.values() if n.starting is not None),
-                         return_exceptions=True)
-    await backend.broadcast("set_base_url", base_url)
-
-
-async def release_own_cluster(job: Any) -> bool:
-    """The embedded cluster ``start_ray_farm`` started for ``job``, stopped on a thread (nothing of the run needs
-    it once its rollouts are done and its workers and model closed), rather than at the interpreter's exit; a
-    cluster the job joined, or found running in its process, is left alone."""
-    if not getattr(job, "owns_cluster", False):
-        return False
-    from cluster.session.connect import stop_embedded
-
-    job.owns_cluster = False
-    await asyncio.to_thread(stop_embedded)
-    return True
+async def _close_quietly(assembly: Any) -> None:
+    """Close what did start; the error that stopped the start-up is the one the caller sees."""
+    try:
+        await assembly.close()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 async def _none() -> None:

@@ -1,4 +1,4 @@
-"""OpenAIModel against the real fake server on 127.0.0.1: round trips, retries, typed errors, load."""
+"""OpenAIModel against the real scripted server on 127.0.0.1: round trips, retries, typed errors, load."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from rollout.errors import ConfigError, ContextLengthExceeded, ModelError, TokenLimitExceeded
-from rollout.models import scripted_tokens as fake_tokens
-from cluster.serving.scripted_server.server import FakeServerConfig, fake_server, serve_in_thread
+from rollout.models import scripted_tokens
+from cluster.serving.scripted_server.server import ScriptedServerConfig, fake_server, serve_in_thread
 from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
 from rollout.wire.chat import parse_retry_after
 from rollout.models.scripted import ScriptedModel
@@ -34,7 +34,7 @@ def route(messages, ctx):
 
 @pytest.fixture(scope="module")
 def server():
-    with serve_in_thread(FakeServerConfig(), model=ScriptedModel(policy=route)) as srv:
+    with serve_in_thread(ScriptedServerConfig(), model=ScriptedModel(policy=route)) as srv:
         yield srv
 
 
@@ -171,8 +171,8 @@ def test_token_ids_and_logprobs(server, token_data):
     if not token_data:
         assert response.prompt_token_ids is None and response.completion_token_ids is None and response.logprobs is None
         return
-    assert response.prompt_token_ids == fake_tokens.prompt_token_ids(messages)
-    assert response.completion_token_ids == fake_tokens.token_ids(fake_tokens.render_message(response.message))
+    assert response.prompt_token_ids == scripted_tokens.prompt_token_ids(messages)
+    assert response.completion_token_ids == scripted_tokens.token_ids(scripted_tokens.render_message(response.message))
     assert len(response.logprobs) == len(response.completion_token_ids) == response.usage.completion_tokens
     assert all(-3 < lp <= 0 for lp in response.logprobs)
 
@@ -182,7 +182,7 @@ def test_metadata_reaches_the_policy_which_finds_the_task_in_the_dataset(tmp_pat
     dataset.write_text(
         '{"task_id": "t1", "data": {"answer": "forty-two"}}\n{"task_id": "t2", "data": {"answer": "7"}}\n'
     )
-    config = FakeServerConfig(policy="rollout.models.policies:oracle", dataset=str(dataset))
+    config = ScriptedServerConfig(policy="rollout.models.policies:oracle", dataset=str(dataset))
 
     async def go():
         async with fake_server(config) as srv:
@@ -248,7 +248,7 @@ def test_retry_after_accepts_seconds_and_http_dates():
 
 def test_two_thousand_concurrent_requests_through_one_client():
     n, latency = 2000, 0.5
-    with serve_in_thread(FakeServerConfig(latency=latency)) as srv:
+    with serve_in_thread(ScriptedServerConfig(latency=latency)) as srv:
         model = OpenAIModel(base_url=srv.url, timeout=60)
 
         async def go():
@@ -276,7 +276,7 @@ def test_two_thousand_concurrent_requests_through_one_client():
 def test_a_reply_with_lone_surrogate_escapes_is_read_with_replacement_characters_not_retried(client):
     # What a JSON encoder writes for broken text ("\ud800"): the model's reply, not an outage.
     async def go():
-        async with fake_server(FakeServerConfig(outputs=["half a character: \ud800 then more"])) as srv:
+        async with fake_server(ScriptedServerConfig(outputs=["half a character: \ud800 then more"])) as srv:
             model = OpenAIModel(base_url=srv.url, http_client=client, backoff=0.01)
             reply = await model.complete([{"role": "user", "content": "hi"}], meta=RequestMeta(rollout_id="s"))
             await model.aclose()
@@ -326,7 +326,7 @@ def test_a_reply_with_invalid_utf8_is_read_with_replacement_characters_not_retri
 
 
 def test_a_history_over_the_servers_body_limit_is_the_token_limit_not_an_infra_failure(server):
-    # aiohttp (the fake server) refuses bodies over 1 MiB with 413, as a proxy in front of vLLM would at its own
+    # aiohttp (the scripted server) refuses bodies over 1 MiB with 413, as a proxy in front of vLLM would at its own
     # limit: the conversation has outgrown what the server takes, as with a context-length 400.
     before = statuses(server)
     with pytest.raises(ContextLengthExceeded) as err:

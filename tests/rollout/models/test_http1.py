@@ -12,7 +12,7 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from cluster.serving.scripted_server.server import FakeServerConfig, fake_server
+from cluster.serving.scripted_server.server import ScriptedServerConfig, fake_server
 from rollout.models.client.http1 import ConnectionFailed, Http1Pool
 from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
 
@@ -55,7 +55,7 @@ def run(coro):
 
 def test_posts_to_the_fake_server_and_reuses_one_connection():
     async def main():
-        async with fake_server(FakeServerConfig(policy="rollout.models.policies:bash_echo")) as server:
+        async with fake_server(ScriptedServerConfig(policy="rollout.models.policies:bash_echo")) as server:
             pool = Http1Pool(server.url + "/chat/completions", {"Content-Type": "application/json"})
             body = json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}).encode()
             answers = [await pool.post(body, {"X-Rollout-Id": f"r{i}#0"}) for i in range(5)]
@@ -177,7 +177,7 @@ def test_nothing_listening_is_a_connection_failure_and_line_breaks_cannot_add_he
 @pytest.mark.parametrize("client", ["auto", "aiohttp"])
 def test_the_openai_model_gets_the_same_answers_over_either_client(client):
     async def main():
-        async with fake_server(FakeServerConfig(policy="rollout.models.policies:bash_echo")) as server:
+        async with fake_server(ScriptedServerConfig(policy="rollout.models.policies:bash_echo")) as server:
             model = OpenAIModel(OpenAIModelConfig(base_url=server.url, model="scripted", http_client=client))
             reply = await model.complete([{"role": "user", "content": "go"}])
             state = await model._state()

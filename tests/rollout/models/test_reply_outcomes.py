@@ -1,5 +1,5 @@
 """Replies the client cannot read strictly and histories the server refuses, end to end: the Mini-SWE loop over
-HTTP to the fake server (``run_rollout``, and ``rollout run --local``). Both are the model's doing: a task outcome
+HTTP to the scripted server (``run_rollout``, and ``rollout run --local``). Both are the model's doing: a task outcome
 or a format error fed back, never an infrastructure failure."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
 from envs.runtimes.local import LocalRuntime, LocalRuntimeConfig
 from envs.shell_env import ShellEnvironment
 from rollout.errors import ExitReason
-from cluster.serving.scripted_server.server import FakeServerConfig, fake_server
+from cluster.serving.scripted_server.server import ScriptedServerConfig, fake_server
 from rollout.models.client.model import OpenAIModel
 from rollout.records import RequestMeta, Task
 from rollout.runner import run_rollout
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TASK = Task(task_id="t1", prompt="Create hello.txt containing hello.")
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -31,7 +31,7 @@ def bash(cmd: str) -> str:
 
 def run_over_http(outputs: list[str], tmp_path: Path):
     async def go():
-        async with fake_server(FakeServerConfig(outputs=outputs)) as server:
+        async with fake_server(ScriptedServerConfig(outputs=outputs)) as server:
             model = OpenAIModel(base_url=server.url, model="scripted", backoff=0.01, max_retries=2)
             agent = MiniSweAgent(MiniSweAgentConfig(max_steps=5))
             env = ShellEnvironment(LocalRuntime(LocalRuntimeConfig(root=str(tmp_path)), trusted_model=True))

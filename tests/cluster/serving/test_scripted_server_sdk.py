@@ -1,4 +1,4 @@
-"""The fake server speaks OpenAI, with the official ``openai`` SDK as the client over real HTTP: streaming, ``n``
+"""The scripted server speaks OpenAI, with the official ``openai`` SDK as the client over real HTTP: streaming, ``n``
 choices, 400s that name the field (and are not retried), JSON 404s, ``max_tokens``, ``top_logprobs``, text
 completions, and the sampling parameters it accepts and ignores."""
 
@@ -11,7 +11,7 @@ import urllib.request
 import openai
 import pytest
 
-from cluster.serving.scripted_server.server import FakeServerConfig, serve_in_thread
+from cluster.serving.scripted_server.server import ScriptedServerConfig, serve_in_thread
 from rollout.models.scripted import ScriptedModel
 from rollout.models.client.token_in import assistant_message
 
@@ -102,7 +102,7 @@ def test_n_gives_n_choices_each_under_its_own_seed_and_usage_counts_them_all(cli
 
 
 def test_n_over_replayed_outputs_repeats_the_turn_without_skipping_the_next():
-    with serve_in_thread(FakeServerConfig(outputs=["one", "two"])) as srv, \
+    with serve_in_thread(ScriptedServerConfig(outputs=["one", "two"])) as srv, \
             openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0) as sdk:
         first = chat(sdk, "hi", n=2)
         assert [c.message.content for c in first.choices] == ["one", "one"]

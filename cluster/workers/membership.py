@@ -1,0 +1,98 @@
+"""A Ray backend's node membership: the cluster's node list looked at every few seconds, a worker actor started
+on each node that joins (one per share of its slots), a node that leaves marked dead, and a worker that dies
+replaced once its node is seen alive again, its containers removed by label. ``RayBackend`` (``ray_backend``)
+schedules rollouts on the nodes this keeps."""
+
+from __future__ import annotations
+
+import asyncio
+
+import ray
+
+from cluster.workers.channel import Channel, as_future, first_line
+from cluster.workers.reaping import reap_dead_owners
+from cluster.workers.slots import Node
+from cluster.workers.worker_actor import spawn_worker
+from rollout.waits import within
+
+NODE_REFRESH_INTERVAL = 5.0
+"""Seconds between looks at the cluster's node list (joined and lost nodes)."""
+WORKER_START_TIMEOUT = 120.0
+"""Seconds a new worker actor may take to answer its first call."""
+
+
+class NodeMembership:
+    """The node half of ``RayBackend``: it sets ``nodes``, ``source_ref``, ``resources``, ``concurrency``,
+    ``name``, ``run_id``, ``run_dir``, ``engines``, ``out``, ``metrics``, ``workers_lost`` and ``_reap_pending``,
+    and wakes its slot waiters in ``_notify``."""
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(NODE_REFRESH_INTERVAL)
+            try:
+                if self._reap_pending:  # a dead worker's process may have lingered (a zombie) at the first look
+                    self._reap_pending = False
+                    await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
+                await self._refresh_nodes()
+            except Exception as exc:  # noqa: BLE001 - a GCS hiccup must not end the run
+                print(f"[farm] node refresh failed: {exc}", file=self.out, flush=True)
+
+    async def _refresh_nodes(self) -> None:
+        listed = await asyncio.to_thread(ray.nodes)
+        alive = {n["NodeID"]: n for n in listed if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0}
+        for node_id, info in alive.items():
+            if (node_id, 0) not in self.nodes:
+                capacity = self.resources.capacity(info["Resources"], self.concurrency)
+                for index, share in enumerate(self.resources.workers(info["Resources"], capacity)):
+                    node = self.nodes[(node_id, index)] = Node(node_id, share, index=index)
+                    self._start_worker(node)
+        for node in self.nodes.values():
+            if node.alive and node.node_id not in alive:
+                node.alive = False
+                if node.index == 0:
+                        print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
+                          file=self.out, flush=True)
+            elif node.alive and node.actor is None and node.starting is None:
+                self._start_worker(node)
+        await self._notify()
+
+    def _start_worker(self, node: Node) -> None:
+        node.generation += 1
+        generation = node.generation
+
+        async def start() -> None:
+            actor = spawn_worker(self.source_ref, node.node_id, f"{self.name}:{self.run_id}:{node.node_id[:8]}:"
+                                 f"{node.index}:{generation}", run_dir=self.run_dir, run_id=self.run_id)
+            try:
+                info = await within(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
+                ray.kill(actor, no_restart=True)
+                print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
+                      f"{type(exc).__name__}: {first_line(exc)}", file=self.out, flush=True)
+            else:
+                if node.generation == generation:
+                    node.actor, node.worker = actor, info["worker"]
+                    node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc))
+                    if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
+                        actor.reap_dead_owners.remote(self.run_id, self.engines)
+            finally:
+                node.starting = None
+                await self._notify()
+
+        node.starting = asyncio.create_task(start())
+
+    def _worker_lost(self, node: Node, generation: int, exc: BaseException) -> None:
+        if node.generation != generation or node.actor is None:
+            return  # already replaced after another of its calls failed
+        self.workers_lost += 1
+        self.metrics.inc("workers_lost")
+        node.lost_workers.append(node.worker or "?")
+        print(f"[farm] worker {node.worker} on node {node.node_id[:8]} died ({type(exc).__name__}); "
+              "its rollouts run again, a replacement starts if the node is still there", file=self.out, flush=True)
+        # Unreachable may not mean dead: make sure it runs nothing more the driver has sent elsewhere.
+        ray.kill(node.actor, no_restart=True)
+        node.actor, node.worker, node.channel = None, None, None
+        self._reap_pending = True
+        asyncio.get_running_loop().run_in_executor(None, reap_dead_owners, self.run_id, self.engines, self.out)
+        # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that
+        # died with its worker is reported dead by Ray within its health-check period, and gets none).
