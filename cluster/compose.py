@@ -15,12 +15,12 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
+from cluster.names import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, with_policy_path
 from cluster.run.config import RunConfig
 from rollout.config.load import deep_merge, validate
 from rollout.errors import ConfigError
 from rollout.protocols import Agent, Environment, Model, Verifier
 from rollout.records import RequestMeta, Task
-from cluster.names import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, with_policy_path
 from rollout.registry import Registry
 from rollout.termination import Limits
 

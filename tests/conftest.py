@@ -70,8 +70,8 @@ def podman_available() -> bool:
 def vllm_available() -> bool:
     """True when vllm (the cpu-llm extra) imports. Without it: skip, or fail if ROLLOUT_REQUIRE_VLLM=1 (CI)."""
     try:
-        import vllm  # noqa: F401
         import torch  # noqa: F401
+        import vllm  # noqa: F401
         return True
     except Exception as exc:  # noqa: BLE001 - a broken install (a GPU torchvision beside it) is also "missing"
         if _required("ROLLOUT_REQUIRE_VLLM"):

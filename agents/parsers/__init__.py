@@ -22,8 +22,8 @@ __all__ = [
 
 def load_parser(name: str, options: dict | None = None, field: str = "agent.parser"):
     """The parser a config names (short name or dotted path), built with its options."""
-    from rollout.errors import ConfigError
     from agents.registry import PARSERS
+    from rollout.errors import ConfigError
 
     cls = PARSERS.load(name, field=field)
     try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from cluster.compose import Composer
 from cluster.backends.seam import Backend
+from cluster.compose import Composer
 from rollout.events import Observer
 from rollout.protocols import Model
 from rollout.records import RequestMeta, RolloutResult, Task

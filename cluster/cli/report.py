@@ -20,8 +20,8 @@ def write_report(run_dir: str | Path, summary: dict[str, Any] | None = None) -> 
     """Write ``report.html`` and ``summary.png`` into ``run_dir`` from its results.jsonl and ``summary`` (default:
     its summary.json). Returns their paths; the PNG's is None when matplotlib is not installed (see
     ``missing_png_reason``)."""
-    from rollout.store.files import write_bytes
     from cluster.web import report_data, report_html, report_png
+    from rollout.store.files import write_bytes
 
     run_dir = Path(run_dir)
     data = report_data.collect(run_dir, summary)

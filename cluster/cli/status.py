@@ -13,7 +13,6 @@ from typing import Any
 
 from cluster.run.live import RUNNING, STALE, format_age, live_condition, read_live
 
-
 STALL_SECONDS = 60.0
 """``rollout status`` flags an in-flight rollout as stalled after this long without progress."""
 

@@ -10,8 +10,8 @@ from typing import Any, Awaitable, Callable, Sequence, TextIO
 from cluster.run.driver import Driver, rollout_meta
 from rollout.errors import DeadlineExceeded
 from rollout.records import RolloutResult, Task
-from rollout.store.resume import Plan, Planned
 from rollout.runner import failure_result
+from rollout.store.resume import Plan, Planned
 from rollout.waits import within
 
 
@@ -21,9 +21,9 @@ def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] =
     validated once."""
     from cluster.backends.choose import farm_settings
     from cluster.compose import Composer
-    from cluster.serving.scripted_server.for_runs import DemoServer, joins_cluster
-    from cluster.run.host_checks import resolve_auto_runtimes
     from cluster.run.config import RunConfig
+    from cluster.run.host_checks import resolve_auto_runtimes
+    from cluster.serving.scripted_server.for_runs import DemoServer, joins_cluster
     from cluster.workers.worker import ConfigSource
     from rollout.config.load import load_config, validate
 

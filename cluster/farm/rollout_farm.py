@@ -20,12 +20,12 @@ from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 
 from cluster.farm.batch import MemberBatch
 from cluster.farm.controls import FarmControls
-from cluster.farm.tasks import bind_tasks, check_sampling, prepare_tasks, stale_members
 from cluster.farm.loop_thread import LoopThread
+from cluster.farm.tasks import bind_tasks, check_sampling, prepare_tasks, stale_members
 from cluster.workers.worker import ConfigSource, ObjectSource
 from rollout.errors import ConfigError
-from rollout.train.groups import Batch, GroupPolicy, apply_policy, group_results
 from rollout.records import RolloutResult, Task
+from rollout.train.groups import Batch, GroupPolicy, apply_policy, group_results
 
 
 class RolloutFarm(FarmControls):

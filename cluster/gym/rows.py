@@ -16,9 +16,9 @@ import re
 from typing import Any, Mapping
 
 from cluster.gym.responses_request import request_problem
-from rollout.wire.responses_items import result_response
-from rollout.wire.responses import ResponsesFormatError, chat_messages
 from rollout.records import GymContext, RolloutResult, Task
+from rollout.wire.responses import ResponsesFormatError, chat_messages
+from rollout.wire.responses_items import result_response
 
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "max_output_tokens": "max_tokens", "seed": "seed"}

@@ -18,6 +18,7 @@ from typing import Any
 
 from cluster.gym.config import GymSection, give_cleanup_timeout
 
+
 def prepared(raw: dict[str, Any]) -> tuple[dict[str, Any], GymSection]:
     """The run config with the gym section's cleanup timeout given to its resources environments, and the
     section. Needs no dataset."""

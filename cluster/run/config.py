@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from cluster.gym.config import GymSection
 from cluster.serving.config import ServeSection
 from rollout.config.load import StrictModel
-from rollout.errors import ConfigError
-from rollout.data.paths import name_problem
 from rollout.config.retype import LoadedConfig, apply_retypes
+from rollout.data.paths import name_problem
+from rollout.errors import ConfigError
 
 COMPONENTS = ("model", "agent", "environment", "runtime", "verifier")
 """The sections that pick an implementation by ``type``, at the top level and under ``profiles.<name>``."""

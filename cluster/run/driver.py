@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TextIO
 
-from cluster.run import live
 from cluster.backends.seam import Backend
+from cluster.run import live
 from rollout import events
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.store.resume import Plan, attempt_record, can_retry

@@ -13,24 +13,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from cluster.run import preflight
 from cluster.compose import Composer
-from cluster.serving.scripted_server.for_runs import joins_cluster, start_demo_server
-from cluster.run.driver import Driver
-from cluster.run.host_checks import reap_leftovers, resolve_auto_runtimes
+from cluster.run import preflight
 from cluster.run.config import RunConfig
+from cluster.run.driver import Driver
 from cluster.run.home import resolve_run_dir
-from cluster.serving.config import scripted_in_process
+from cluster.run.host_checks import reap_leftovers, resolve_auto_runtimes
+from cluster.run.startup import FIRST_CALL, StartupClock, first_model_call, open_run
 from cluster.run.swe_outputs import model_name, write_swe_outputs
+from cluster.serving.config import scripted_in_process
+from cluster.serving.scripted_server.for_runs import joins_cluster, start_demo_server
 from rollout.config.load import load_config, validate
 from rollout.data.dataset import load_tasks, row_hash, select
-from rollout.store.manifest import build_manifest
 from rollout.records import RolloutResult, Task
 from rollout.registry import Registry
+from rollout.store.manifest import build_manifest
 from rollout.store.resume import Plan
 from rollout.store.run_dir import RunStore
 from rollout.store.summary import format_table, summarize
-from cluster.run.startup import FIRST_CALL, StartupClock, first_model_call, open_run
 
 
 @dataclass

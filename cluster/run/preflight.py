@@ -36,8 +36,8 @@ def check_fake_server(config: RunConfig) -> None:
     (the server only starts once the run begins)."""
     if config.fake_server is None:
         return
-    from cluster.serving.scripted_server.server import FaultsConfig
     from cluster.names import POLICIES
+    from cluster.serving.scripted_server.server import FaultsConfig
 
     validate(FaultsConfig, config.fake_server.faults, prefix="fake_server.faults")
     POLICIES.load(config.fake_server.policy, field="fake_server.policy")
@@ -78,8 +78,8 @@ def check_cluster(config: RunConfig) -> None:
         return
     import ray
 
-    from cluster.session.join_check import check_join
     from cluster.session.connect import join_address
+    from cluster.session.join_check import check_join
 
     if not ray.is_initialized():  # a process already on a cluster runs there (``connect``)
         check_join(*join_address(config.farm.address))

@@ -12,7 +12,14 @@ from pydantic import BaseModel
 
 from cluster.compose import component
 from cluster.names import AGENTS, ENVIRONMENTS, MODELS, with_policy_path
-from envs.swe.reports.harness import Grade, prediction, run_summary, write_instance_report, write_preds, write_run_report
+from envs.swe.reports.harness import (
+    Grade,
+    prediction,
+    run_summary,
+    write_instance_report,
+    write_preds,
+    write_run_report,
+)
 from rollout.errors import ConfigError
 from rollout.records import RolloutResult
 from rollout.store.files import safe_name

@@ -18,11 +18,11 @@ from cluster.serving.kinds import ServeApp
 
 class ScriptedPolicyServer:
     def __init__(self, server_config: dict[str, Any]):
-        from cluster.serving.scripted_server.routes import ScriptedRoutes
-        from cluster.serving.scripted_server.config import ScriptedServerConfig
-
-        from cluster.serving.task_board import BoardTasks
         from ray import serve
+
+        from cluster.serving.scripted_server.config import ScriptedServerConfig
+        from cluster.serving.scripted_server.routes import ScriptedRoutes
+        from cluster.serving.task_board import BoardTasks
 
         self.server = ScriptedRoutes(ScriptedServerConfig.model_validate(server_config))
         context = serve.get_replica_context()

@@ -15,9 +15,9 @@ PER_TASK_LIMIT = 60
 
 def collect(run_dir: str | Path, summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the report draws, as plain JSON (also inlined into report.html)."""
+    from rollout.store.files import parse_results
     from rollout.store.progress import count_by
     from rollout.store.resume import latest_per_key
-    from rollout.store.files import parse_results
     from rollout.store.summary import summarize
 
     run_dir = Path(run_dir)

@@ -19,10 +19,10 @@ from typing import Any, TextIO
 import ray
 from ray.exceptions import RayActorError
 
+from cluster.backends.seam import Backend
 from cluster.workers.channel import WorkerGone, retrieve
 from cluster.workers.membership import NodeMembership
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
-from cluster.backends.seam import Backend
 from cluster.workers.slots import Node, Resources, describe_nodes
 from cluster.workers.wire import decode_result
 from rollout.errors import DeadlineExceeded, WorkerDied

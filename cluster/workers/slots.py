@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-
 SLOTS_PER_WORKER = 1000
 """Slots one worker process takes by default: one Python event loop runs about a thousand steps a second
 (the farm's whole per-step cost is about a millisecond of it), so ten thousand rollouts whose model answers

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.images.image_gc import LABEL, prune_instance_images, record_use, recently_used
-from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
 from envs.images.base_image import ImageError, docker_client, ensure_image, image_present, last_lines
+from envs.images.image_gc import LABEL, prune_instance_images, recently_used, record_use
+from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
 from envs.runtimes.output import decode
 from rollout.data.dataset import load_tasks
 from rollout.errors import ConfigError

@@ -28,10 +28,10 @@ from pydantic import Field
 from envs.resources.http_client import ResourcesHttp
 from rollout.config.load import StrictModel
 from rollout.errors import EnvironmentFailure
-from rollout.wire.responses_items import result_response
-from rollout.wire.responses import ResponsesFormatError, chat_messages, chat_tools
 from rollout.protocols import EnvReset
 from rollout.records import Action, Message, Observation, Reward, RolloutOutputs, RolloutResult, Task
+from rollout.wire.responses import ResponsesFormatError, chat_messages, chat_tools
+from rollout.wire.responses_items import result_response
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,13 @@ import time
 import uuid
 from typing import Any
 
-from rollout.config.load import StrictModel
 from envs.resources.http_client import ResourcesHttp
+from rollout.config.load import StrictModel
 from rollout.errors import EnvironmentFailure
-from rollout.wire.responses_items import result_response
-from rollout.wire.responses import chat_tools
 from rollout.protocols import EnvReset
 from rollout.records import Action, GymContext, Observation, Reward, RolloutOutputs, RolloutResult, Task
+from rollout.wire.responses import chat_tools
+from rollout.wire.responses_items import result_response
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 RESERVED = frozenset({"seed_session", "close_session", "verify", "aggregate_metrics", "step", "close"})

@@ -21,7 +21,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from envs.resources.sessions import (
-    SESSION_COOKIE, Problem, ResourcesServer, Session, SessionStore, build_app, json_object, output_items,
+    SESSION_COOKIE,
+    Problem,
+    ResourcesServer,
+    Session,
+    SessionStore,
+    build_app,
+    json_object,
+    output_items,
 )
 
 LOW, HIGH = 1, 100

@@ -25,8 +25,8 @@ from envs.swe.reports.harness import (
     write_run_report,
 )
 from rollout.data.dataset import load_tasks
-from rollout.errors import ConfigError
 from rollout.data.paths import name_problem
+from rollout.errors import ConfigError
 from rollout.protocols import Runtime
 from rollout.records import Task
 

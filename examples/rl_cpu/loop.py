@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-
 MODEL_ID = "rl-policy"
 ENGINE = {"max_model_len": 1024, "dtype": "float32", "enable_chunked_prefill": False}
 """float32 end to end: the engine's logprobs are then the trainer's up to float noise (``grpo.logprob_agreement``).

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from rollout.errors import ConfigError
 from rollout.config.retype import LoadedConfig, find_retypes
+from rollout.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -18,14 +18,14 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Callable, Any, Iterable
+from typing import Any, Callable, Iterable
 
 from pydantic import ValidationError
 
-from rollout.errors import ConfigError
-from rollout.data.rows import (HF_PREFIX, fail as _fail, hf_rows, json_list_rows, jsonl_rows, type_name,
-                                  utf8_text)
 from rollout.data.paths import id_problem
+from rollout.data.rows import HF_PREFIX, hf_rows, json_list_rows, jsonl_rows, type_name, utf8_text
+from rollout.data.rows import fail as _fail
+from rollout.errors import ConfigError
 from rollout.records import Task
 
 ID_KEYS = ("task_id", "instance_id", "id")

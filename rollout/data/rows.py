@@ -15,7 +15,6 @@ from typing import Any, NoReturn
 
 from rollout.errors import ConfigError
 
-
 HF_PREFIX = "hf://"
 """``hf://<name>[:<split>]`` names a Hugging Face dataset (needs the optional ``datasets`` package and the hub)."""
 HUB_TIMEOUT = 2.0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from rollout.context import message_text
+from rollout.errors import SUBMIT_SENTINEL
 from rollout.models.scripted import Output, PolicyContext
 from rollout.records import Message
-
-from rollout.errors import SUBMIT_SENTINEL
-from rollout.context import message_text
 
 
 def echo(messages: list[Message], ctx: PolicyContext) -> Output:

@@ -22,11 +22,19 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from rollout.store.manifest import DatasetChanged, RunConfigChanged, changed_rows, diff_result_keys, resumed_manifest
 from rollout.records import RequestMeta, RolloutResult, Task, Trajectory
+from rollout.store.files import (
+    DirLock,
+    RunDirLocked,
+    StoredResult,
+    parse_results,
+    partial_trajectory_writer,
+    repair_results,
+    safe_name,
+    write_json,
+)
+from rollout.store.manifest import DatasetChanged, RunConfigChanged, changed_rows, diff_result_keys, resumed_manifest
 from rollout.store.resume import Plan, latest_per_key, plan_resume
-from rollout.store.files import (DirLock, RunDirLocked, StoredResult, parse_results, partial_trajectory_writer,
-                               repair_results, safe_name, write_json)
 
 __all__ = ["DatasetChanged", "RunConfigChanged", "RunDirLocked", "RunStore", "StoredResult",
            "partial_trajectory_writer", "safe_name"]

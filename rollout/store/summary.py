@@ -12,8 +12,8 @@ from __future__ import annotations
 from math import comb
 from typing import Any, Iterable
 
-from rollout.store.progress import Progress, ProgressDisplay, count_by, format_progress
 from rollout.records import RolloutResult
+from rollout.store.progress import Progress, ProgressDisplay, count_by, format_progress
 from rollout.store.resume import latest_per_key
 
 __all__ = ["Progress", "ProgressDisplay", "format_progress", "format_startup", "format_table", "pass_at_k",

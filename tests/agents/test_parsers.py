@@ -15,10 +15,10 @@ from agents.parsers import (
     OpenAIToolsParser,
     ReActParser,
 )
+from agents.registry import PARSERS
 from rollout.errors import ConfigError, FormatError
 from rollout.protocols import ActionParser
 from rollout.records import Action
-from agents.registry import PARSERS
 
 TEXT_PARSERS = [JSONActionParser, ReActParser, FunctionCallsParser, BashBlockParser]
 ALL_PARSERS = [OpenAIToolsParser, *TEXT_PARSERS]

@@ -12,7 +12,6 @@ from envs.shell_env import ShellEnvironment
 from rollout.errors import ExitReason
 from rollout.models.scripted import ScriptedModel
 from rollout.records import RequestMeta, RolloutResult, Task
-
 from rollout.runner import run_rollout
 
 TASK = Task(task_id="s1", prompt="Create hello.txt containing hello.")

@@ -8,18 +8,18 @@ import json
 
 import httpx
 
-from envs.resources.calc_server import calc_rows
-from envs.resources.serving import serve_in_thread
-
 from agents.registry import AGENTS
 from cluster.farm.rollout_farm import RolloutFarm
 from cluster.gym.config import give_cleanup_timeout
 from cluster.gym.rows import legacy_task
 from envs.registry import ENVIRONMENTS
+from envs.resources.calc_server import calc_rows
+from envs.resources.serving import serve_in_thread
 from rollout.protocols import capability
 from rollout.store.summary import summarize
 
 from .gym_servers import SessionEnvironment, WholeEpisodeAgent, agent_server, episode, kinds, row, run_config
+
 
 def test_run_seeds_calls_tools_verifies_and_returns_token_ids(calc):
     with agent_server(calc.url) as client:

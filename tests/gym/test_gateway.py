@@ -13,15 +13,15 @@ import urllib.request
 import openai
 import pytest
 
+from agents.external_agent import ExternalAgent
 from cluster.gym.gateway import calls_to_steps, gateway_app
+from cluster.serving.scripted_server.server import FaultsConfig, ScriptedServerConfig
+from cluster.serving.scripted_server.server import serve_in_thread as scripted_server_in_thread
 from envs.resources.serving import serve_in_thread
 from envs.runtimes.docker.runtime import DockerRuntime
 from envs.runtimes.local import LocalRuntime
 from envs.shell_env import ShellEnvironment
-from agents.external_agent import ExternalAgent
 from rollout.context import message_text
-from cluster.serving.scripted_server.server import ScriptedServerConfig, FaultsConfig
-from cluster.serving.scripted_server.server import serve_in_thread as scripted_server_in_thread
 from rollout.models.client.model import OpenAIModel
 from rollout.models.scripted import ScriptedModel
 from rollout.records import RequestMeta, Task

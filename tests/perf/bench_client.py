@@ -21,8 +21,8 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from rollout.gc_tuning import tune_gc
 from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
-from rollout.wire.chat import raise_open_file_limit
 from rollout.records import RequestMeta
+from rollout.wire.chat import raise_open_file_limit
 
 Rollout = Callable[[int], Awaitable[None]]
 

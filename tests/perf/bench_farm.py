@@ -51,7 +51,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _farm_bench_util import (  # beside this file: a script's directory is on sys.path
-    DRIVER, RAY, WORKERS, Probe, Usage, server_process, server_stats, start_py_spy, summarize_profile,
+    DRIVER,
+    RAY,
+    WORKERS,
+    Probe,
+    Usage,
+    server_process,
+    server_stats,
+    start_py_spy,
+    summarize_profile,
 )
 
 from rollout.gc_tuning import tune_gc

@@ -26,9 +26,9 @@ import sys
 import tempfile
 import time
 
-from envs.runtimes.docker.runtime import DockerRuntime
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for
 from envs.images.instance_images import build_instance_images
+from envs.runtimes.docker.runtime import DockerRuntime
 from envs.swe.grading.grade import grade
 from envs.swe.mini import build
 

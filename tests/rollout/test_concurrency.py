@@ -3,9 +3,9 @@
 import asyncio
 import time
 
+from agents.demo.tools import demo_tools
 from agents.swe_agent import MiniSweAgent
 from agents.tool_agent import ToolCallingAgent
-from agents.demo.tools import demo_tools
 from envs.runtimes.null import NullRuntime, NullRuntimeConfig
 from envs.shell_env import ShellEnvironment
 from envs.tool_env import ToolEnvironment

@@ -2,10 +2,10 @@
 
 import pytest
 
+from agents.registry import AGENTS
 from rollout.config.load import StrictModel, load_config, validate
 from rollout.config.retype import apply_retypes
 from rollout.errors import ConfigError
-from agents.registry import AGENTS
 from rollout.registry import Registry
 from rollout.termination import Limits
 

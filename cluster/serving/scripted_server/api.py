@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from rollout.models import scripted_tokens
-from rollout.wire.chat import completion_json
 from rollout.protocols import ModelResponse
 from rollout.records import Message, Usage
+from rollout.wire.chat import completion_json
 
 PIECES = scripted_tokens._TOKEN
 """How the fake tokenizer splits text: one fake token per piece."""

@@ -15,16 +15,24 @@ import itertools
 from collections import Counter
 from typing import Any
 
+from cluster.serving.scripted_server.api import (
+    ApiRequest,
+    Invalid,
+    Reply,
+    chat_reply,
+    error_body,
+    parse_request,
+    text_reply,
+)
+from cluster.serving.scripted_server.config import FaultsConfig, ScriptedServerConfig
+from cluster.serving.scripted_server.stream import chat_events, text_events
 from rollout.data.dataset import load_tasks
 from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models import scripted_tokens
-from cluster.serving.scripted_server.api import ApiRequest, Invalid, Reply, chat_reply, error_body, parse_request, text_reply
-from cluster.serving.scripted_server.config import ScriptedServerConfig, FaultsConfig
-from cluster.serving.scripted_server.stream import chat_events, text_events
-from rollout.wire.chat import context_length_error, meta_from_request
 from rollout.models.scripted import ScriptedModel, ScriptedModelConfig
 from rollout.protocols import ModelResponse
 from rollout.records import RequestMeta
+from rollout.wire.chat import context_length_error, meta_from_request
 
 
 class ScriptedRoutes:

@@ -18,12 +18,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from envs.runtimes.docker import containers
-from envs.runtimes.apptainer.argv import exec_argv, start_argv, stop_argv  # noqa: F401 - re-exported
-from envs.runtimes.host_files import read_host_file, write_host_file
 from envs.images.apptainer_images import ensure_sif, find_binary
-from envs.runtimes.process import failure_reason, kill_group, run_capped
+from envs.runtimes.apptainer.argv import exec_argv, start_argv, stop_argv  # noqa: F401 - re-exported
 from envs.runtimes.apptainer.config import ApptainerRuntimeConfig
+from envs.runtimes.docker import containers
+from envs.runtimes.host_files import read_host_file, write_host_file
+from envs.runtimes.process import failure_reason, kill_group, run_capped
 from rollout.config.load import coerce
 from rollout.errors import ContainerStartError, RuntimeFailure
 from rollout.protocols import ExecResult

@@ -11,10 +11,10 @@ from typing import Any
 from envs.runtimes import warm_pool
 from envs.runtimes.docker import containers, engines
 from envs.runtimes.docker import start as docker_start
-from envs.runtimes.docker.config import DockerRuntimeConfig
 from envs.runtimes.docker.commands import WRAPPER, ExecJob
-from envs.runtimes.docker.files import get_file, put_file
+from envs.runtimes.docker.config import DockerRuntimeConfig
 from envs.runtimes.docker.engines import explain, status
+from envs.runtimes.docker.files import get_file, put_file
 from envs.runtimes.docker.owner_watch import WITH_OWNER_LABEL, ensure_watchdog
 from rollout.config.load import coerce
 from rollout.errors import RuntimeFailure

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from envs.swe.grading.canaries import CanaryFile, step_script
-from envs.swe.grading.pytest_launch import boot_files, exports, launcher, snapshot_function
-from envs.swe.logs.pytest_log import END_MARKER, START_MARKER
 from envs.swe.grading.patch import diff_paths, reset_script, restore_script, save_script
 from envs.swe.grading.protect import section_script
+from envs.swe.grading.pytest_launch import boot_files, exports, launcher, snapshot_function
+from envs.swe.logs.pytest_log import END_MARKER, START_MARKER
 from envs.swe.rows.v5 import eval_body, report_export
 
 LOG_CAP = 256 * 1024 * 1024

@@ -9,12 +9,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from envs.swe.grading import canaries as canary_tests
-from envs.swe.logs.pytest_log import FAILING, eval_section
-from envs.swe.logs.pytest_report import demote, read_junit, unconfirmed, wants_report
 from envs.swe.grading.eval_script import EvalScript, with_newline
-from envs.swe.grading.script_run import ScriptRun, applied, near, printed_step, remove_scratch, run_script, tests_prepared
 from envs.swe.grading.patch import diff_paths, refusal
 from envs.swe.grading.protect import test_file_paths, test_like, to_reset, with_sections
+from envs.swe.grading.script_run import (
+    ScriptRun,
+    applied,
+    near,
+    printed_step,
+    remove_scratch,
+    run_script,
+    tests_prepared,
+)
+from envs.swe.logs.pytest_log import FAILING, eval_section
+from envs.swe.logs.pytest_report import demote, read_junit, unconfirmed, wants_report
 from envs.swe.reports.harness import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
 from envs.swe.rows.shapes import APPLY_LADDER, SWEBENCH5, EvalPlan, tests_of
 from envs.swe.rows.specs import eval_plan

@@ -7,15 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from envs.runtimes.output import decode
 from envs.swe.grading.eval_script import EvalScript
 from envs.swe.grading.protect import restored_sections
 from rollout.errors import VerifierError
-from rollout.waits import within
 from rollout.protocols import ExecResult, Runtime
+from rollout.waits import within
 
 GUARD = 8.0
 """Seconds past the script's own limit before the exec is abandoned (the in-runtime timeouts end it first)."""

@@ -8,10 +8,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envs.swe.logs.pytest_log import FAILED, FAILING, PASSING
 from envs.swe.grading.record import Grade
-from rollout.errors import ConfigError
+from envs.swe.logs.pytest_log import FAILED, FAILING, PASSING
 from rollout.data.paths import under
+from rollout.errors import ConfigError
 from rollout.store.files import write_bytes
 
 __all__ = ["Grade", "status_by_category", "is_resolved", "prediction", "write_preds", "load_predictions",

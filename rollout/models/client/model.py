@@ -22,11 +22,12 @@ import aiohttp
 
 from rollout.config.load import validate
 from rollout.errors import ContextLengthExceeded, ModelError
+from rollout.models.client.config import OpenAIModelConfig
 from rollout.models.client.http1 import ConnectionFailed, Http1Pool
+from rollout.protocols import ModelResponse
+from rollout.records import Message, RequestMeta
 from rollout.wire.chat import (
     RELEASE_PREFIX,
-    dumps_body as _dumps,
-    loads_body as _loads,
     SESSION_HEADER,
     is_context_length_error,
     parse_response,
@@ -35,9 +36,12 @@ from rollout.wire.chat import (
     request_metadata,
     snippet,
 )
-from rollout.models.client.config import OpenAIModelConfig
-from rollout.protocols import ModelResponse
-from rollout.records import Message, RequestMeta
+from rollout.wire.chat import (
+    dumps_body as _dumps,
+)
+from rollout.wire.chat import (
+    loads_body as _loads,
+)
 
 CONTEXT_LENGTH_STATUSES = (400, 422)
 """Statuses with which servers refuse a prompt past the context window (told apart by the body's wording)."""

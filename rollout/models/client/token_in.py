@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.errors import ModelError
-from rollout.wire.chat import snippet
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta, Usage
+from rollout.wire.chat import snippet
 
 DEFAULT_MAX_TOKENS = 1024
 """``/v1/completions`` answers 16 tokens unless told: a turn without ``max_tokens`` gets this many at most (less

@@ -13,10 +13,10 @@ import openai
 import orjson
 import pytest
 
-from rollout.models import scripted_tokens
 from cluster.serving.scripted_server.server import ScriptedServerConfig, serve_in_thread
-from rollout.wire.chat import is_context_length_error
+from rollout.models import scripted_tokens
 from rollout.models.scripted import ScriptedModel
+from rollout.wire.chat import is_context_length_error
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from cluster.serving.scripted_server.server import ScriptedServerConfig, serve_in_thread
-from rollout.models.scripted import ScriptedModel
 from rollout.models.client.token_in import assistant_message
+from rollout.models.scripted import ScriptedModel
 
 TOOL_REPLY = {"content": "Listing.", "tool_calls": [{"name": "ls", "arguments": {"path": "src"}},
                                                     {"name": "cat", "arguments": {"file": "a b.py"}}]}

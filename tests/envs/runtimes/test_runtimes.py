@@ -9,12 +9,12 @@ import time
 
 import pytest
 
+from envs.registry import RUNTIMES
 from envs.runtimes.check import check_runtime
 from envs.runtimes.local import LocalRuntime
 from envs.runtimes.null import NullRuntime
 from rollout.errors import ConfigError, RuntimeFailure
 from rollout.protocols import ExecResult
-from envs.registry import RUNTIMES
 
 
 def local(tmp_path, **overrides) -> LocalRuntime:

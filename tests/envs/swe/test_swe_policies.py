@@ -12,16 +12,16 @@ import pytest
 from agents.parsers.bash_block import BashBlockParser
 from agents.swe_agent import MiniSweAgent
 from envs.runtimes.local import LocalRuntime
-from envs.swe.logs.pytest_log import PASSING, parse_log_pytest
 from envs.shell_env import ShellEnvironment
+from envs.swe import policies as swe_policies
+from envs.swe.logs.pytest_log import PASSING, parse_log_pytest
 from envs.swe.mini import build
 from rollout.data.dataset import load_tasks
 from rollout.errors import ExitReason
-from envs.swe import policies as swe_policies
 from rollout.models.scripted import PolicyContext, ScriptedModel
 from rollout.records import Action, RequestMeta, RolloutResult, Step, Task, Trajectory
-from rollout.store.run_dir import RunStore
 from rollout.runner import run_rollout
+from rollout.store.run_dir import RunStore
 
 NAMES = ["csvstats", "semver", "wordwrap"]
 

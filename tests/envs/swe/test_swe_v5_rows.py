@@ -12,19 +12,29 @@ import subprocess
 import time
 
 import pytest
+from swe_shapes import (
+    FIXED,
+    GYM_ID,
+    OPS,
+    SMITH_SNAPSHOT,
+    V5_IMAGE,
+    build_image,
+    dataset,
+    diff_of,
+    make_rows,
+    remove_images,
+)
 
 from envs.images.image_names import image_for, swegym_name, swesmith_name
-from envs.swe.logs import parsers as lp
-from envs.swe.grading.record import Grade
 from envs.swe.env import check_row
+from envs.swe.grading.record import Grade
+from envs.swe.logs import parsers as lp
 from envs.swe.rows.shapes import SWEBENCH4, SWEBENCH5, SWEGYM, SWESMITH, shape_of
 from envs.swe.rows.v5 import categories, eval_body, judge, take_exit_code
 from envs.swe.verifier import SweVerifier
 from rollout.data.dataset import load_tasks
 from rollout.errors import ConfigError
 from rollout.records import RolloutResult, Task
-from swe_shapes import FIXED, GYM_ID, OPS, SMITH_SNAPSHOT, V5_IMAGE, build_image, dataset, diff_of, make_rows, \
-    remove_images
 
 RUN_ID = "test-swe-v5-rows"
 SHAPES = {"v4": SWEBENCH4, "v5": SWEBENCH5, "smith": SWESMITH, "gym": SWEGYM}

@@ -15,8 +15,8 @@ from envs.swe.reports.traj_export import to_mini_swe_traj, write_mini_swe_traj
 from rollout.errors import ExitReason
 from rollout.models.scripted import ScriptedModel
 from rollout.records import Action, ErrorInfo, Observation, RequestMeta, RolloutResult, Step, Task, Trajectory
-from rollout.store.run_dir import RunStore
 from rollout.runner import run_rollout
+from rollout.store.run_dir import RunStore
 
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 TASK = Task(task_id="demo__demo-1", prompt="Write hello into hello.txt and submit its content.")

@@ -34,8 +34,8 @@ from envs.shell_env import ShellEnvironment
 from rollout.errors import SUBMIT_SENTINEL
 from rollout.models.scripted import ScriptedModel
 from rollout.records import RequestMeta, Task
-from rollout.store.run_dir import RunStore
 from rollout.runner import run_rollout
+from rollout.store.run_dir import RunStore
 
 REPO = Path(__file__).resolve().parents[3]
 RUNTIME = ["pydantic==2.14.4", "jinja2==3.1.6", "pyyaml==6.0.4", "rich==15.0.0", "typer==0.29.2", "textual==8.2.8",

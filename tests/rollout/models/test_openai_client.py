@@ -12,14 +12,14 @@ import urllib.request
 
 import pytest
 
+from cluster.serving.scripted_server.server import ScriptedServerConfig, fake_server, serve_in_thread
 from rollout.errors import ConfigError, ContextLengthExceeded, ModelError, TokenLimitExceeded
 from rollout.models import scripted_tokens
-from cluster.serving.scripted_server.server import ScriptedServerConfig, fake_server, serve_in_thread
 from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
-from rollout.wire.chat import parse_retry_after
 from rollout.models.scripted import ScriptedModel
 from rollout.protocols import Model
 from rollout.records import RequestMeta
+from rollout.wire.chat import parse_retry_after
 
 
 def route(messages, ctx):

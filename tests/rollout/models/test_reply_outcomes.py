@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
+from cluster.serving.scripted_server.server import ScriptedServerConfig, fake_server
 from envs.runtimes.local import LocalRuntime, LocalRuntimeConfig
 from envs.shell_env import ShellEnvironment
 from rollout.errors import ExitReason
-from cluster.serving.scripted_server.server import ScriptedServerConfig, fake_server
 from rollout.models.client.model import OpenAIModel
 from rollout.records import RequestMeta, Task
 from rollout.runner import run_rollout

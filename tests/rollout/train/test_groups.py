@@ -4,8 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from rollout.errors import ExitReason
-from rollout.train.groups import Batch, GroupPolicy, apply_policy, group_results
 from rollout.records import RolloutResult
+from rollout.train.groups import Batch, GroupPolicy, apply_policy, group_results
 
 
 def member(task, sample, reward=None, failed=False):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.train.groups import Batch, group_results
 from rollout.records import RolloutResult, Step, Trajectory
+from rollout.train.groups import Batch, group_results
 
 
 def step(index, prompt, completion, version="1"):

@@ -12,8 +12,8 @@ import pytest
 
 from envs.runtimes.local import LocalRuntime
 from envs.runtimes.prepared import PreparedRepoRuntime
-from envs.swe.grading.canaries import Canary, evidence, plan
 from envs.swe.evaluate import LOCAL_ENV
+from envs.swe.grading.canaries import Canary, evidence, plan
 from envs.swe.grading.grade import grade
 from envs.swe.mini import build
 

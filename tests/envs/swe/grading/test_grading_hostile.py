@@ -15,9 +15,9 @@ import pytest
 from envs.runtimes.local import LocalRuntime
 from envs.runtimes.prepared import PreparedRepoRuntime
 from envs.swe.evaluate import LOCAL_ENV
-from envs.swe.verifier import SweVerifier
 from envs.swe.mini import build
 from envs.swe.reports.harness import Grade, write_instance_report
+from envs.swe.verifier import SweVerifier
 from rollout.records import RolloutResult, Task
 
 NAME = "roman"

@@ -13,12 +13,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_grading_hostile import FORCE_PASS, ROMAN, base_text, edit, images, rows, verifier  # noqa: F401
 
 from envs.swe.logs.pytest_report import junit_address
 from envs.swe.mini import build
 from rollout.errors import VerifierError
 from rollout.records import RolloutResult, Task
-from test_grading_hostile import FORCE_PASS, ROMAN, base_text, edit, images, rows, verifier  # noqa: F401
 
 INTERVALS = "mini__intervals-1"
 RAN = "HOSTILE-CODE-RAN"
