@@ -19,7 +19,8 @@ your_command_here
 Each command runs in a fresh shell (directory changes and variables do not persist; chain with &&).
 You will see the command's output, then write the next command."""
 
-INSTANCE_TEMPLATE = """{% if task.data.repo is defined %}The repository {{ task.data.repo }} is checked out at {{ cwd }}.
+INSTANCE_TEMPLATE = """{% if task.data.repo is defined %}The repository {{ task.data.repo }} is checked out at \
+{{ cwd }}.
 {% else %}Your working directory is {{ cwd }}.
 {% endif %}
 <task>
@@ -43,7 +44,8 @@ with head, tail or grep.</warning>
 {% endif %}{% if elided %}<output_head>
 {{ head }}
 </output_head>
-<elided>{{ elided }} characters elided: the output was too long. Use head, tail, grep or sed -n to see parts of it.</elided>
+<elided>{{ elided }} characters elided: the output was too long. Use head, tail, grep or sed -n to see parts of \
+it.</elided>
 <output_tail>
 {{ tail }}
 </output_tail>{% else %}<output>

@@ -70,7 +70,8 @@ def group_samples(results: list[Any], on_break: str = "split") -> list[TrainerSa
                 step = steps[turn - 1]
                 size = len(step.completion_token_ids or [])
                 if turn != seg.turns[0]:
-                    prior = len(steps[turn - 2].prompt_token_ids or []) + len(steps[turn - 2].completion_token_ids or [])
+                    prior = (len(steps[turn - 2].prompt_token_ids or [])
+                             + len(steps[turn - 2].completion_token_ids or []))
                     size += max(0, len(step.prompt_token_ids or []) - prior)
                 versions += [step.policy_version] * size
             reward = float(r.reward or 0.0)

@@ -39,7 +39,8 @@ def test_step_environment_episode_sums_rewards_and_ends_when_done():
     [
         ("json", '{"tool": "calculate", "parameters": {"expression": "2+3"}}'),
         ("react", 'Thought: add\nAction: calculate\nAction Input: {"expression": "2+3"}'),
-        ("function_calls", '<function_calls>\n{"tool_name": "calculate", "parameters": {"expression": "2+3"}}\n</function_calls>'),
+        ("function_calls",
+         '<function_calls>\n{"tool_name": "calculate", "parameters": {"expression": "2+3"}}\n</function_calls>'),
     ],
 )
 def test_each_text_format_runs_tools(parser, output):

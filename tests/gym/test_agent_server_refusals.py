@@ -9,7 +9,6 @@ import subprocess
 import time
 import uuid
 
-import httpx
 import pytest
 
 from .gym_servers import agent_server, episode, row

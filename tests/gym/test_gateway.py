@@ -174,7 +174,8 @@ def test_memory_is_bounded_in_calls_per_rollout_and_in_rollouts(upstream):
             _, reply = chat(small, "long", messages)
             messages += [reply["choices"][0]["message"], {"role": "user", "content": "again"}]
         status, body = http(f"{small.url}/rollouts/long/calls")
-        assert status == 200 and body["dropped"] == 1 and [(c["index"], c["parent"]) for c in body["calls"]] == [(2, 1), (3, 2)]
+        assert status == 200 and body["dropped"] == 1
+        assert [(c["index"], c["parent"]) for c in body["calls"]] == [(2, 1), (3, 2)]
         chat(small, "second", messages[:1])
         chat(small, "third", messages[:1])  # the least recently used rollout ("long") goes
         assert calls(small, "long") == [] and len(calls(small, "second")) == 1

@@ -555,8 +555,8 @@ def usage_notes(row: Row, server_pid_cpu: bool = True) -> list[str]:
     notes.append("cores avg/peak " + ", ".join(
         f"{g} {u.cpu.get(g, 0.0) / u.wall:.2f}/{u.peak_cores.get(g, 0.0):.2f}" for g in groups[:2]))
     if u.extra_cpu and server_pid_cpu:
-        notes.append(f"scripted server cpu {sum(u.extra_cpu.values()):.1f} s, peak {u.peak_cores.get('watched', 0.0):.2f} "
-                     "cores")
+        notes.append(f"scripted server cpu {sum(u.extra_cpu.values()):.1f} s, "
+                     f"peak {u.peak_cores.get('watched', 0.0):.2f} cores")
     return notes
 
 

@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         if report.failed:
             raise SystemExit(f"image builds failed: {report.failed}")
         rows = [json.loads(line) for line in dataset.read_text().splitlines()]
-        print(f"{'instance':<22} {'bare s':>7} {'grading s':>9} {'extra s':>7} {'ratio':>6}   grading phases (median s)")
+        print(f"{'instance':<22} {'bare s':>7} {'grading s':>9} {'extra s':>7} {'ratio':>6}"
+              "   grading phases (median s)")
         totals = [0.0, 0.0]
         worst = 0.0
         for row in rows:

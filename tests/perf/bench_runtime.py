@@ -73,8 +73,8 @@ async def measure(args: argparse.Namespace) -> list[tuple[str, float, float, flo
     finally:
         await ours_rt.close()
         cli("docker", "rm", "-f", cid)
-    rows.append(("exec `true` p50", statistics.median(ours), statistics.median(raw), 1.1, pct(ours, 0.95), pct(raw, 0.95),
-                 "raw: docker exec CLI"))
+    rows.append(("exec `true` p50", statistics.median(ours), statistics.median(raw), 1.1,
+                 pct(ours, 0.95), pct(raw, 0.95), "raw: docker exec CLI"))
 
     # start
     ours, raw = [], []

@@ -30,7 +30,8 @@ def test_jsonl_flat_and_task_shaped_rows(tmp_path):
         [
             SWE_ROW,
             "",
-            {"task_id": "t2", "messages": [{"role": "user", "content": "hi"}], "data": {"answer": "4"}, "metadata": {"k": 1}},
+            {"task_id": "t2", "messages": [{"role": "user", "content": "hi"}], "data": {"answer": "4"},
+             "metadata": {"k": 1}},
             {"id": 7, "question": "2+2?", "answer": "4"},
         ],
     )
@@ -104,7 +105,8 @@ def test_select_by_ids_pattern_and_slice(tmp_path):
     assert [t.task_id for t in select(tasks, pattern=r"__[2-4]$")] == ["repo__2", "repo__3", "repo__4"]
     assert [t.task_id for t in select(tasks, slice_="0:2")] == ["repo__0", "repo__1"]
     assert [t.task_id for t in select(tasks, slice_="::4")] == ["repo__0", "repo__4", "repo__8"]
-    assert [t.task_id for t in select(tasks, pattern="[13579]$", slice_="1:")] == ["repo__3", "repo__5", "repo__7", "repo__9"]
+    assert [t.task_id for t in select(tasks, pattern="[13579]$", slice_="1:")] == [
+        "repo__3", "repo__5", "repo__7", "repo__9"]
     assert select(tasks) == tasks
 
 

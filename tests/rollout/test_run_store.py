@@ -29,10 +29,12 @@ TASKS = [Task(task_id="t1", prompt="a"), Task(task_id="t2", prompt="b")]
 
 def result(task_id="t1", sample=0, attempt=1, infra=False, reward=1.0, steps=2):
     traj = Trajectory(
-        messages=[{"role": "user", "content": "go"}] + [{"role": "assistant", "content": f"step {i}"} for i in range(steps)],
+        messages=[{"role": "user", "content": "go"}]
+        + [{"role": "assistant", "content": f"step {i}"} for i in range(steps)],
         steps=[Step(index=i + 1, message={"role": "assistant", "content": f"step {i}"}) for i in range(steps)],
     )
-    common = dict(rollout_id=f"{task_id}#{sample}", task_id=task_id, sample_index=sample, attempt=attempt, trajectory=traj)
+    common = dict(rollout_id=f"{task_id}#{sample}", task_id=task_id, sample_index=sample, attempt=attempt,
+                  trajectory=traj)
     if infra:
         return RolloutResult(
             status="infra_failed",

@@ -49,7 +49,8 @@ class BrokenGame:
 
 
 def swe(runtime):
-    return asyncio.run(run_rollout(TASK, MiniSweAgent(), ScriptedModel(["```bash\nls\n```"]), ShellEnvironment(runtime)))
+    return asyncio.run(run_rollout(TASK, MiniSweAgent(), ScriptedModel(["```bash\nls\n```"]),
+                                   ShellEnvironment(runtime)))
 
 
 @pytest.mark.parametrize(
@@ -103,7 +104,8 @@ def test_untyped_bug_is_labelled_internal_error():
     def exploding_factory(task):
         raise ZeroDivisionError("bug in user code")
 
-    result = asyncio.run(run_rollout(TASK, ToolCallingAgent(), ScriptedModel(["x"]), ToolEnvironment(exploding_factory)))
+    result = asyncio.run(run_rollout(TASK, ToolCallingAgent(), ScriptedModel(["x"]),
+                                     ToolEnvironment(exploding_factory)))
     assert result.exit_reason == ExitReason.INTERNAL_ERROR and result.status == "infra_failed"
     assert "ZeroDivisionError" in result.error.traceback
 
@@ -129,8 +131,8 @@ def test_observer_sees_the_lifecycle_and_a_failing_observer_changes_nothing():
     result = asyncio.run(run_rollout(TASK, ToolCallingAgent(), model, ToolEnvironment(demo_tools()),
                                      observers=[broken, seen.append]))
     kinds = [e.kind for e in seen]
-    assert kinds == ["rollout_started", "env_ready", "model_call_done", "action_started", "action_executed", "step_done",
-                     "model_call_done", "step_done", "rollout_finished"]
+    assert kinds == ["rollout_started", "env_ready", "model_call_done", "action_started", "action_executed",
+                     "step_done", "model_call_done", "step_done", "rollout_finished"]
     assert seen[-1].data["exit_reason"] == "natural_completion"
     assert result.exit_reason == ExitReason.NATURAL_COMPLETION
 

@@ -58,8 +58,9 @@ class CanaryFile:
 def plan(command: str, test_ids: Sequence[str], skip: Iterable[str] = (), rng: random.Random | None = None,
          files: int = 2, prefer: Sequence[str] = ()) -> list[CanaryFile]:
     """Canaries for up to ``files`` of the test files named by ``test_ids`` that ``command`` collects whole (named
-    on it as a file or under a directory named on it, or no path named at all), except those in ``skip``; none when the command narrows
-    what runs (``NARROWING``) or is not a plain pytest command line. Files of the ``prefer`` ids are chosen first."""
+    on it as a file or under a directory named on it, or no path named at all), except those in ``skip``; none when
+    the command narrows what runs (``NARROWING``) or is not a plain pytest command line. Files of the ``prefer`` ids
+    are chosen first."""
     rng = rng or random.SystemRandom()
     try:
         words = shlex.split(command, comments=True)

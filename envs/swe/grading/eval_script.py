@@ -199,7 +199,8 @@ class EvalScript:
         hardened = exports(self.scratch, self.tag)
         if self.eval_script:
             return f"{hardened}\n{eval_body(self.eval_script, report)}"
-        return (f'cd -- "$1" || exit 2\n{hardened}\n{self.setup}\n{report}echo {shlex.quote(START_MARKER)}\n{self.command}\n'
+        return (f'cd -- "$1" || exit 2\n{hardened}\n{self.setup}\n'
+                f'{report}echo {shlex.quote(START_MARKER)}\n{self.command}\n'
                 f'rc=$?\necho {shlex.quote(END_MARKER)}\nexit $rc\n')
 
 

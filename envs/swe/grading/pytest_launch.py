@@ -9,9 +9,9 @@ interpreter options), it runs through the launcher (``envs/swe/grading/pytest_la
   ``sitecustomize`` / ``usercustomize`` run the image's own from outside the repository (no start-up file a patch
   wrote runs, whatever path the row adds or an editable install's ``.pth`` puts on ``sys.path``; and no ``-S``,
   which multiprocessing would pass on to its children);
-- imports pytest, its own plugins and pluggy with no directory of the repository on ``sys.path`` (a module the patch adds cannot stand in for them), then puts ``sys.path`` back as the command
-  would have had it (the working directory first for ``-m``, the row's ``PYTHONPATH``), so the code under test
-  imports as it always did;
+- imports pytest, its own plugins and pluggy with no directory of the repository on ``sys.path`` (a module the
+  patch adds cannot stand in for them), then puts ``sys.path`` back as the command would have had it (the working
+  directory first for ``-m``, the row's ``PYTHONPATH``), so the code under test imports as it always did;
 - loads setuptools plugins (``pytest11`` entry points) only from package metadata that is outside the repository,
   or inside it byte for byte as before the patch, and with the repository last on ``sys.path`` while it does;
 - gives pytest its configuration explicitly: the file pytest's own ``determine_setup`` finds for these arguments

@@ -207,5 +207,6 @@ def test_problems_in_several_sections_are_all_listed_at_once(tmp_path):
     assert out.returncode == 2
     lines = [line for line in out.stderr.splitlines() if line.startswith("config error:")]
     assert lines == ["config error: agent.max_stepz: unknown key",
-                     "config error: environment.comand_timeout: unknown key", "config error: runtime.bogus: unknown key"]
+                     "config error: environment.comand_timeout: unknown key",
+                     "config error: runtime.bogus: unknown key"]
     assert not (tmp_path / "bad").exists()

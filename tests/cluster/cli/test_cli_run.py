@@ -151,7 +151,8 @@ def test_fake_server_command_serves_scripted_policies(tmp_path):
         url = proc.stdout.readline().strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
         body = json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "hi there"}]}).encode()
-        request = urllib.request.Request(f"{url}/chat/completions", data=body, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(f"{url}/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
         reply = json.loads(urllib.request.urlopen(request, timeout=30).read())
         assert "hi there" in reply["choices"][0]["message"]["content"]
         assert reply["usage"]["prompt_tokens"] > 0

@@ -21,7 +21,8 @@ from rollout.wire.chat import is_context_length_error
 
 @pytest.fixture(scope="module")
 def server():
-    config = ScriptedServerConfig(outputs=["first", {"tool_calls": [{"name": "ls", "arguments": {"path": "."}}]}, "third"])
+    config = ScriptedServerConfig(
+        outputs=["first", {"tool_calls": [{"name": "ls", "arguments": {"path": "."}}]}, "third"])
     with serve_in_thread(config) as srv:
         yield srv
 
@@ -196,7 +197,8 @@ def test_a_broken_policy_is_a_counted_500():
 
 
 def test_serve_entry_prints_its_url_and_serves_until_stopped():
-    code = "from cluster.serving.scripted_server.server import serve, ScriptedServerConfig; serve(ScriptedServerConfig(latency=0.01))"
+    code = ("from cluster.serving.scripted_server.server import serve, ScriptedServerConfig; "
+            "serve(ScriptedServerConfig(latency=0.01))")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

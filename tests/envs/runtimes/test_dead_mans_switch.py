@@ -98,7 +98,8 @@ ensure_watchdog("docker", None)
 api = docker.from_env().api
 ids = []
 for with_owner in (True, False):  # created, never started: the window between create and start
-    labels = {containers.RUN_LABEL: run_id, **containers.owner_labels(), **({WITH_OWNER_LABEL: "1"} if with_owner else {})}
+    labels = {containers.RUN_LABEL: run_id, **containers.owner_labels(), \
+**({WITH_OWNER_LABEL: "1"} if with_owner else {})}
     ids.append(api.create_container(image, ["sleep", "600"], labels=labels)["Id"])
 print(*ids, flush=True)
 time.sleep(600)

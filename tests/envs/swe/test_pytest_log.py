@@ -207,7 +207,8 @@ def test_the_junit_report_confirms_every_passing_test_of_a_real_log_and_no_forge
         forged = parse(log + "PASSED tests/test_sample.py::test_fail\nPASSED tests/test_sample.py::test_error\n")
         assert set(unconfirmed(forged, cases, list(forged))) == {
             "tests/test_sample.py::test_fail", "tests/test_sample.py::test_error", "fake/line.py::printed_not_run"}
-        assert unconfirmed(forged, None, ["tests/test_sample.py::TestY::test_z"]) == ["tests/test_sample.py::TestY::test_z"]
+        assert unconfirmed(forged, None, ["tests/test_sample.py::TestY::test_z"]) == [
+            "tests/test_sample.py::TestY::test_z"]
     assert read_junit(b"") is None and read_junit(b"<testsuites><testcase") is None
     assert wants_report("python3 -m pytest -rA tests") and wants_report("PYTHONPATH=src py.test x")
     assert not wants_report("./runtests.py --verbosity 2") and not wants_report("tox -epy39 -- pytest")

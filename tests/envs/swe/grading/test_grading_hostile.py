@@ -57,7 +57,8 @@ def rows(tmp_path_factory) -> dict[str, dict]:
     git(work, "commit", "-qam", "tests")
     git(work, "bundle", "create", "-q", str(out / "repos" / "notp.bundle"), "HEAD")
     head = git(work, "rev-parse", "HEAD").strip()
-    notp = {**row, "instance_id": NO_TEST_PATCH, "test_patch": "", "base_commit": head, "repo_path": "repos/notp.bundle"}
+    notp = {**row, "instance_id": NO_TEST_PATCH, "test_patch": "", "base_commit": head,
+            "repo_path": "repos/notp.bundle"}
     base = out / "roman-base"
     git(None, "clone", "-q", str(out / row["repo_path"]), str(base))
     git(base, "checkout", "-q", row["base_commit"])

@@ -234,16 +234,16 @@ def kind(request) -> str:
 @pytest.mark.docker
 @pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_runner_attack_is_graded_unresolved(rows, src_rows, kind, case, strict, tmp_path, request):
+def test_runner_attack_is_graded_unresolved(src_rows, kind, case, strict, tmp_path, request):
     ident, make, says, may_run = CASES[case]
-    row = {**{**rows, **src_rows}[ident], **ROWS.get(case, {})}
-    images = None
+    row = {**{**request.getfixturevalue("rows"), **src_rows}[ident], **ROWS.get(case, {})}
+    instance_images = None
     if kind == "docker":
-        images = {**request.getfixturevalue("images"), **request.getfixturevalue("src_images")}
+        instance_images = {**request.getfixturevalue("images"), **request.getfixturevalue("src_images")}
     patch = make(row, tmp_path)
     task = Task(task_id=ident, prompt="", data={k: v for k, v in row.items() if k not in ("dataset", "checkout")})
     result = RolloutResult(rollout_id="r", task_id=ident, status="completed", exit_reason="submitted", submission=patch)
-    graded = verifier(kind, row, images, tmp_path / "ws")
+    graded = verifier(kind, row, instance_images, tmp_path / "ws")
     graded.config = graded.config.model_copy(update={"strict": strict})
     try:
         reward = asyncio.run(graded.verify(task, result))
@@ -271,11 +271,11 @@ _subprocess.run([_sys.executable, *_subprocess._args_from_interpreter_flags(), "
 
 
 @pytest.mark.docker
-def test_honest_code_that_restarts_the_interpreter_with_its_flags_resolves(rows, kind, tmp_path, request):
+def test_honest_code_that_restarts_the_interpreter_with_its_flags_resolves(kind, tmp_path, request):
     """The launcher changes no interpreter flag (no -S: a child started with the parent's flags has its
     site-packages), and the code under test imports from the repository as under `python -m pytest`."""
-    row = rows[ROMAN]
-    images = request.getfixturevalue("images") if kind == "docker" else None
+    row = request.getfixturevalue("rows")[ROMAN]
+    instance_images = request.getfixturevalue("images") if kind == "docker" else None
     fixed = tmp_path / "fixed"
     subprocess.run(["git", "clone", "-q", row["checkout"], str(fixed)], check=True)
     subprocess.run(["git", "-C", str(fixed), "apply"], input=row["patch"].encode(), check=True)
@@ -283,6 +283,6 @@ def test_honest_code_that_restarts_the_interpreter_with_its_flags_resolves(rows,
                                  "numerals/__init__.py": base_text(row, "numerals/__init__.py") + RESTARTS})
     task = Task(task_id=ROMAN, prompt="", data={k: v for k, v in row.items() if k not in ("dataset", "checkout")})
     result = RolloutResult(rollout_id="r", task_id=ROMAN, status="completed", exit_reason="submitted", submission=patch)
-    reward = asyncio.run(verifier(kind, row, images, tmp_path / "ws").verify(task, result))
+    reward = asyncio.run(verifier(kind, row, instance_images, tmp_path / "ws").verify(task, result))
     assert reward.value == 1.0, (reward.details["unresolved_reason"], reward.details["test_output"][-3000:])
     assert reward.details["canaries"] >= 2 and not reward.details["tampering"]

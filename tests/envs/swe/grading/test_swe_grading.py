@@ -326,7 +326,8 @@ def test_rows_without_test_cmd_use_the_swebench_specs():
         pytest.skip(f"swebench is not importable: {exc}")
     from envs.swe.rows.specs import swebench_plan
 
-    test_patch = "diff --git a/testing/test_x.py b/testing/test_x.py\n--- a/testing/test_x.py\n+++ b/testing/test_x.py\n"
+    test_patch = ("diff --git a/testing/test_x.py b/testing/test_x.py\n"
+                  "--- a/testing/test_x.py\n+++ b/testing/test_x.py\n")
     setup, command, parse, fail_only = swebench_plan(
         {"repo": "pytest-dev/pytest", "version": "5.4", "test_patch": test_patch}, "pytest-dev__pytest-1")
     assert command == "pytest -rA testing/test_x.py" and not fail_only
