@@ -2,11 +2,13 @@
 starting the backend, and closing all three in reverse.
 
 ``rollout run`` (``cluster.run.job``), ``rollout serve``, ``rollout gym serve``, ``RolloutFarm`` and the RL example
-each build a ``FarmAssembly``; none of them calls ``connect`` or ``apps.start`` itself. Its parts:
+each build a ``FarmAssembly``; none of them joins Ray or deploys the model tier itself. Its parts:
 
 - ``session``: the Ray cluster (``cluster.session.connect.ClusterSession``: joined, or embedded and then owned —
   the one record of who stops it). Only opened when something needs Ray (a Serve app, the Ray backend).
-- ``served``: the ``serve`` section deployed by its kind (``cluster.serving.kinds``), or None.
+- ``served``: the ``serve`` section deployed by its kind (``cluster.serving.kinds``), or None; or, for a
+  ``fake_server`` section (the scripted app's in-process spelling), the scripted server on this process's event
+  loop (``driver_server``), advertised on the node's address when the run joins a cluster.
 - ``backend``: where rollouts execute (``cluster.backends.choose.start_backend``).
 
 ``close`` stops the backend and the model side by side; ``release`` then stops the cluster if this assembly
@@ -27,10 +29,14 @@ from rollout.errors import ConfigError
 class FarmAssembly:
     def __init__(self, serve: Any = None, *, model: dict[str, Any] | None = None, address: str | None = None,
                  num_cpus: int | None = None, dashboard: bool = False, backend: str = "ray",
-                 dataset: str | None = None, out: TextIO = sys.stderr):
+                 dataset: str | None = None, fake_server: Any = None, remote: bool = False,
+                 out: TextIO = sys.stderr):
         from cluster.session.connect import ClusterSession
 
         self.serve, self.model, self.dataset, self.out = serve, dict(model or {}), dataset, out
+        self.fake_server, self.remote = fake_server, remote
+        self.driver_server: Any = None
+        self._posted = False
         self.backend_kind = backend
         cpus = app_for(serve).cluster_cpus(serve, num_cpus) if serve is not None else num_cpus
         self.session = ClusterSession(address, num_cpus=cpus, dashboard=dashboard, out=out)
@@ -41,9 +47,12 @@ class FarmAssembly:
     @classmethod
     def for_run(cls, config: Any, *, dataset: str | None = None, out: TextIO = sys.stderr) -> "FarmAssembly":
         """The assembly a run config (``cluster.run.config.RunConfig``, validated) describes."""
+        from cluster.serving.scripted_server.for_runs import joins_cluster
+
         farm = config.farm
         return cls(config.serve, model=config.model, address=farm.address, num_cpus=farm.num_cpus,
-                   dashboard=farm.dashboard, backend=farm.backend, dataset=dataset, out=out)
+                   dashboard=farm.dashboard, backend=farm.backend, dataset=dataset, fake_server=config.fake_server,
+                   remote=joins_cluster(farm), out=out)
 
     @property
     def model_id(self) -> str:
@@ -80,6 +89,43 @@ class FarmAssembly:
                               "serve") from None
         return self.served
 
+    async def start_in_driver(self) -> str | None:
+        """The ``fake_server`` section's scripted policy served on this process's event loop (the scripted app
+        played in process); its base URL, or None without that section."""
+        if self.fake_server is None:
+            return None
+        from cluster.serving.scripted_server.for_runs import start_demo_server
+
+        self.driver_server = await start_demo_server(self.fake_server, dataset=self.dataset, remote=self.remote)
+        return self.driver_server.url
+
+    async def start_models(self) -> str | None:
+        """Whichever model this assembly serves (a trainer's farm: the in-process scripted server, or the
+        ``serve`` section deployed on a thread); its base URL, or None when the model section names its own."""
+        url = await self.start_in_driver()
+        if self.serve is not None:
+            url = (await asyncio.to_thread(self.start_model)).base_url
+        return url
+
+    async def post_tasks(self, tasks: list[Any]) -> None:
+        """A trainer's call hands the farm ``tasks``: a scripted model, in process or on Serve, sees them."""
+        if self.driver_server is not None:
+            self.driver_server.model.tasks.update({task.task_id: task for task in tasks})
+        if self.serve is not None:
+            self._posted = True
+            await asyncio.to_thread(app_for(self.serve).post_tasks, self.serve, tasks)
+
+    def controls(self) -> Any:
+        """The RL controls of the model this assembly serves (its kind's); a model it does not serve has none
+        (``EndpointControls`` raise ``NotSupported``)."""
+        from cluster.serving.controls import EndpointControls, ScriptedControls
+
+        if self.served is not None:
+            return self.served.controls()
+        if self.serve is not None:
+            raise RuntimeError("the farm's model is not deployed (start the farm first; a closed farm has none)")
+        return ScriptedControls() if self.fake_server is not None else EndpointControls()
+
     async def start_backend(self, source: Any, **settings: Any) -> Any:
         """The backend ``backend_kind`` names over ``source`` (``cluster.backends.choose.start_backend``)."""
         from cluster.backends.choose import start_backend
@@ -96,7 +142,7 @@ class FarmAssembly:
 
     async def close(self, wait: bool = True) -> None:
         """Stop the backend and the model side by side (``wait=False``: a run that ends tells Serve and goes on);
-        the first error is raised once both are down."""
+        the first error is raised once everything is down. Closing twice does nothing more."""
         stops = []
         if self._close_backend is not None:
             stops.append(self._close_backend())
@@ -104,6 +150,12 @@ class FarmAssembly:
         if self.served is not None:
             stops.append(asyncio.to_thread(self.served.stop, wait))
             self.served = None
+        if self.driver_server is not None:
+            stops.append(self.driver_server.stop())
+            self.driver_server = None
+        if self._posted:
+            self._posted = False
+            stops.append(asyncio.to_thread(app_for(self.serve).clear_tasks, self.serve))
         closed = await asyncio.gather(*stops, return_exceptions=True)
         for error in (c for c in closed if isinstance(c, BaseException)):
             raise error

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.registry import AGENTS, PARSERS
-from agents.registry import POLICIES as AGENT_POLICIES
-from envs.registry import ENVIRONMENTS, RUNTIMES, VERIFIERS
-from envs.registry import POLICIES as ENV_POLICIES
-from rollout.models.registry import MODELS
-from rollout.models.registry import POLICIES as MODEL_POLICIES
+from agents.registry import AGENTS, PARSERS, POLICIES as AGENT_POLICIES
+from envs.registry import ENVIRONMENTS, POLICIES as ENV_POLICIES, RUNTIMES, VERIFIERS
+from rollout.models.registry import MODELS, POLICIES as MODEL_POLICIES
 
 POLICIES = MODEL_POLICIES.merged(ENV_POLICIES).merged(AGENT_POLICIES)
 __all__ = ["AGENTS", "ENVIRONMENTS", "MODELS", "PARSERS", "POLICIES", "RUNTIMES", "VERIFIERS", "with_policy_path"]

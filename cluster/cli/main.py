@@ -215,8 +215,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return eval_cli.main(argv[1:])
     if argv[:1] in (["report"], ["metrics"]):
-        from cluster.cli import metrics as metrics_cli
-        from cluster.cli import report
+        from cluster.cli import metrics as metrics_cli, report
 
         return (report.main if argv[0] == "report" else metrics_cli.main)(argv[1:])
     parser = build_parser()

@@ -16,14 +16,14 @@ from rollout.waits import within
 
 
 def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] = ()) -> tuple[Any, dict]:
-    """(the workers' source, the farm's settings: its ``serve`` section and model, or the server of a
-    ``fake_server`` section) from a run config (files merged in order, or a dict; ``dataset`` is not needed),
+    """(the workers' source, the farm's settings: its ``serve`` or ``fake_server`` section and model) from a run
+    config (files merged in order, or a dict; ``dataset`` is not needed),
     validated once."""
     from cluster.backends.choose import farm_settings
     from cluster.compose import Composer
     from cluster.run.config import RunConfig
     from cluster.run.host_checks import resolve_auto_runtimes
-    from cluster.serving.scripted_server.for_runs import DemoServer, joins_cluster
+    from cluster.serving.scripted_server.for_runs import joins_cluster
     from cluster.workers.worker import ConfigSource
     from rollout.config.load import load_config, validate
 
@@ -37,12 +37,8 @@ def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] =
     run_config = validate(RunConfig, raw)
     composer = Composer(run_config)
     source = ConfigSource(composer)
-    settings = farm_settings(run_config, composer)
-    if run_config.serve is not None:
-        settings.update(serve=run_config.serve, model=run_config.model)
-    else:
-        settings["server"] = DemoServer(run_config.fake_server, source, remote=joins_cluster(run_config.farm))
-    return source, settings
+    return source, {**farm_settings(run_config, composer), "serve": run_config.serve, "model": run_config.model,
+                    "fake_server": run_config.fake_server, "remote": joins_cluster(run_config.farm)}
 
 
 class MemoryStore:

@@ -7,23 +7,20 @@ from typing import Any
 
 
 class FarmControls:
-    """Mixed into ``RolloutFarm`` (which provides ``start``, ``_run``, ``_backend``, ``_server``, ``_controls``)."""
+    """Mixed into ``RolloutFarm`` (which provides ``start``, ``_run``, ``_backend``, ``_assembly``, ``_controls``)."""
 
     _engine_paused = False
     policy_version: str | int | None = None
     """The version ``set_policy_version`` last set (``max_staleness`` measures turns against it)."""
 
     def controls(self) -> Any:
-        """The served model's controls: given to the farm (``controls=``), else its ``serve`` section's, else
-        a scripted scripted server's; an external endpoint's raise ``NotSupported``."""
+        """The served model's controls: given to the farm (``controls=``), else those of the model its assembly
+        serves (a ``serve`` section's kind, the in-process scripted server); an external endpoint's raise
+        ``NotSupported``."""
         if self._controls is not None:
             return self._controls
         self.start()
-        if self._server is not None and hasattr(self._server, "controls"):
-            return self._server.controls()
-        from cluster.serving.controls import EndpointControls
-
-        return EndpointControls()
+        return self._assembly.controls()
 
     def set_policy_version(self, version: str | int | None) -> None:
         """Every model call that starts after this records ``version`` on its turn (``Step.policy_version``) and

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 from cluster.farm.batch import MemberBatch
 from cluster.farm.controls import FarmControls
 from cluster.farm.loop_thread import LoopThread
-from cluster.farm.tasks import bind_tasks, check_sampling, prepare_tasks, stale_members
+from cluster.farm.tasks import check_sampling, prepare_tasks, stale_members
 from cluster.workers.worker import ConfigSource, ObjectSource
 from rollout.errors import ConfigError
 from rollout.records import RolloutResult, Task
@@ -36,7 +36,8 @@ class RolloutFarm(FarmControls):
                  max_attempts: int = 3, seed: int = 0, deadline_per_attempt: float | None = None,
                  group_policy: GroupPolicy | dict | None = None, token_budget: int | None = None,
                  engines: Sequence[str] = (), name: str = "farm", out: TextIO = sys.stderr,
-                 server: Any = None, controls: Any = None, serve: Any = None, model: dict | None = None):
+                 controls: Any = None, serve: Any = None, model: dict | None = None, fake_server: Any = None,
+                 remote: bool = False):
         if backend not in ("ray", "local"):
             raise ConfigError(f"must be 'ray' or 'local', got {backend!r}", "farm.backend")
         self.source, self.backend_kind = source, backend
@@ -49,14 +50,11 @@ class RolloutFarm(FarmControls):
         self.engines, self.name, self.out = tuple(engines), name, out
         from cluster.assembly import FarmAssembly
 
-        # the cluster session, the ``serve`` model (deployed by the farm's start) and the backend, in one place
+        # the cluster session, the model it serves (a ``serve`` section deployed, or a ``fake_server`` section in
+        # process: both when the farm starts) and the backend, in one place
         self._assembly = FarmAssembly(serve, model=model, address=address, num_cpus=num_cpus, backend=backend,
-                                      out=out)
-        if server is None and serve is not None:
-            from cluster.serving.apps import FarmModel
-
-            server = FarmModel(self._assembly, source)
-        self._server, self._controls = server, controls
+                                      fake_server=fake_server, remote=remote, out=out)
+        self._controls = controls
         self._calls = itertools.count()
         self._backend: Any = None
         self._loop_thread = LoopThread(f"rollout-farm-{name}")
@@ -96,8 +94,9 @@ class RolloutFarm(FarmControls):
         if self._backend is not None:
             return self
         self._assembly.join()  # in the caller's (main) thread: Ray wants it
-        if self._server is not None:
-            self._run(self._server.start())
+        base_url = self._run(self._assembly.start_models())
+        if base_url is not None:
+            self.source.base_url = base_url
         self._backend = self._run(self._assembly.start_backend(
             self.source, worker=True, run_id=self.name, resources=self.resources, concurrency=self.concurrency,
             deadline=self.deadline_per_attempt, engines=self.engines, name=f"rollout-worker:{self.name}"))
@@ -136,7 +135,7 @@ class RolloutFarm(FarmControls):
             raise ValueError(f"on_stale: 'mask' or 'rerun', not {on_stale!r}")
         check_sampling(sampling)
         tasks = prepare_tasks(tasks, sampling)
-        await bind_tasks(self._server, tasks)
+        await self._assembly.post_tasks(tasks)  # a scripted model sees the tasks this call hands it
         call = next(self._calls)
         base_seed = self.seed + 1000 * call if seed is None else seed
         run_id = f"{self.name}-{call}"
@@ -226,9 +225,7 @@ class RolloutFarm(FarmControls):
         if self._closed:
             return
         try:
-            self._run(self._assembly.close())  # the workers and a deployed model, side by side
-            if self._server is not None:
-                self._run(self._server.stop())
+            self._run(self._assembly.close())  # the workers and the model it serves, side by side
         finally:
             self._closed = True
             self._loop_thread.stop()

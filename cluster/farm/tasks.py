@@ -38,14 +38,6 @@ def check_sampling(sampling: Mapping[str, Any] | None) -> None:
         raise ValueError(f"sampling: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(SAMPLING_KEYS))}")
 
 
-async def bind_tasks(server: Any, tasks: list[Task]) -> None:
-    """Show the call's tasks to the farm's scripted model server (a scripted server or the scripted Serve app), so a
-    policy that reads its task (``gold``, ``oracle``) sees the tasks this call hands it."""
-    bind = getattr(server, "bind_tasks", None)
-    if bind is not None:
-        await bind(tasks)
-
-
 def stale_members(results: Iterable[RolloutResult], current: Any, max_staleness: float | None) -> list[RolloutResult]:
     """Completed members whose oldest turn is more than ``max_staleness`` versions behind ``current``."""
     if max_staleness is None or current is None:

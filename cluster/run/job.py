@@ -22,7 +22,6 @@ from cluster.run.host_checks import reap_leftovers, resolve_auto_runtimes
 from cluster.run.startup import FIRST_CALL, StartupClock, first_model_call, open_run
 from cluster.run.swe_outputs import model_name, write_swe_outputs
 from cluster.serving.config import scripted_in_process
-from cluster.serving.scripted_server.for_runs import joins_cluster, start_demo_server
 from rollout.config.load import load_config, validate
 from rollout.data.dataset import load_tasks, row_hash, select
 from rollout.records import RolloutResult, Task
@@ -132,17 +131,13 @@ async def execute(job: Job) -> dict[str, Any]:
 async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     from cluster.assembly import FarmAssembly
 
-    server = None
     finished: list[RolloutResult] = []
     t0 = time.perf_counter()
     assembly = job.assembly = FarmAssembly.for_run(job.config, dataset=str(job.dataset_path), out=job.out)
     try:
         if job.plan.todo:
-            base_url = None
-            if job.config.fake_server is not None:
-                server = await start_demo_server(job.config.fake_server, dataset=job.dataset_path,
-                                                 remote=joins_cluster(job.config.farm))
-                base_url = server.url
+            base_url = await assembly.start_in_driver()  # a fake_server section: the scripted app in process
+            if base_url is not None:
                 say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
             backend = await open_run(job, assembly, base_url)
             driver = Driver(
@@ -164,8 +159,6 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
         from envs.runtimes.warm_pool import close_all
 
         await close_all()
-        if server is not None:
-            await server.stop()
         await assembly.close()
         job.store.close_results()
     releasing = asyncio.ensure_future(assembly.release())  # the cluster down while the outputs are written

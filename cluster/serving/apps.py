@@ -43,37 +43,6 @@ class ServedModel:
             self.deployed = False
 
 
-class FarmModel:
-    """A farm's ``serve`` section: deployed by the farm's assembly when the farm starts, its URL given to the
-    workers' model, deleted with the assembly when the farm closes; ``controls()`` are its RL controls."""
-
-    def __init__(self, assembly: Any, source: Any):
-        self.assembly, self.section, self.source = assembly, assembly.serve, source
-
-    async def start(self) -> None:
-        import asyncio
-
-        served = await asyncio.to_thread(self.assembly.start_model)
-        self.source.base_url = served.base_url
-
-    async def bind_tasks(self, tasks: list[Any]) -> None:
-        """A scripted app's replicas see the tasks a trainer's call hands the farm (``task_board``)."""
-        import asyncio
-
-        await asyncio.to_thread(app_for(self.section).post_tasks, self.section, tasks)
-
-    async def stop(self) -> None:
-        """After the assembly closed (the model is deleted): forget the posted tasks."""
-        import asyncio
-
-        await asyncio.to_thread(app_for(self.section).clear_tasks, self.section)
-
-    def controls(self) -> Any:
-        if self.assembly.served is None:
-            raise RuntimeError("the farm's model is not deployed yet (start the farm first)")
-        return self.assembly.served.controls()
-
-
 def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None) -> Any:
     """The Serve application ``section`` describes (its kind builds it; ``app: endpoint`` has none)."""
     from cluster.serving.router import router_options

@@ -21,8 +21,8 @@ unbounded, which hides overload until requests time out)."""
 
 class ServeSection(StrictModel):
     app: str
-    """The kind (``cluster.serving.kinds.APPS``): ``scripted``: a scripted policy as a Serve deployment; ``vllm``: a real model; ``endpoint``: no deployment,
-    any OpenAI-compatible ``base_url``."""
+    """The kind (``cluster.serving.kinds.APPS``): ``scripted``: a scripted policy as a Serve deployment;
+    ``vllm``: a real model; ``endpoint``: no deployment, any OpenAI-compatible ``base_url``."""
     name: str = "rollout-model"
     """The Serve application's name (``serve status`` shows it)."""
     host: str = "127.0.0.1"

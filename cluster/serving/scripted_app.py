@@ -2,8 +2,9 @@
 run takes (HTTP proxy, request router, replicas), with the policy in place of an engine.
 
 Stateless: a policy finds its task from the rollout identity each request carries (``metadata.task_id``, looked
-up in the run's dataset, then among the tasks a trainer's call posted: ``task_board``) and its turn from the conversation, so any replica can answer any turn. The routes are the
-scripted server's (``cluster.serving.scripted_server.routes``): ``POST /v1/chat/completions`` (faults included; ``stream: true``
+up in the run's dataset, then among the tasks a trainer's call posted: ``task_board``) and its turn from the
+conversation, so any replica can answer any turn. The routes are the scripted server's
+(``cluster.serving.scripted_server.routes``): ``POST /v1/chat/completions`` (faults included; ``stream: true``
 answered as a streaming response of server-sent events), ``POST /v1/completions``, ``GET /v1/models``,
 ``GET /v1/models/{id}``, ``GET /health``, ``POST /v1/sessions/release``; anything else is an OpenAI-shaped 404.
 Every reply names its replica in ``x-serve-replica`` (routing tests and ``bench_serve`` read it).
@@ -56,7 +57,8 @@ def app_path(request: Any) -> str:
 
 
 def build(server_config: dict[str, Any], options: dict[str, Any]) -> Any:
-    """The Serve application: ``server_config`` is a ``ScriptedServerConfig``'s fields, ``options`` deployment options."""
+    """The Serve application: ``server_config`` is a ``ScriptedServerConfig``'s fields, ``options`` deployment
+    options."""
     from ray import serve
 
     deployment = serve.deployment(ScriptedPolicyServer, name="ScriptedPolicyServer")

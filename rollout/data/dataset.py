@@ -23,8 +23,7 @@ from typing import Any, Callable, Iterable
 from pydantic import ValidationError
 
 from rollout.data.paths import id_problem
-from rollout.data.rows import HF_PREFIX, hf_rows, json_list_rows, jsonl_rows, type_name, utf8_text
-from rollout.data.rows import fail as _fail
+from rollout.data.rows import HF_PREFIX, fail as _fail, hf_rows, json_list_rows, jsonl_rows, type_name, utf8_text
 from rollout.errors import ConfigError
 from rollout.records import Task
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from rollout.records import RequestMeta, RolloutResult, Task, Trajectory
+from rollout.records import RolloutResult, Task
 from rollout.store.files import (
     DirLock,
     RunDirLocked,
@@ -33,14 +33,16 @@ from rollout.store.files import (
     safe_name,
     write_json,
 )
-from rollout.store.manifest import DatasetChanged, RunConfigChanged, changed_rows, diff_result_keys, resumed_manifest
+from rollout.store.manifest import DatasetChanged, changed_rows, resumed_manifest
+from rollout.store.result_keys import RunConfigChanged, diff_result_keys
 from rollout.store.resume import Plan, latest_per_key, plan_resume
+from rollout.store.trajectories import TrajectoryFiles
 
 __all__ = ["DatasetChanged", "RunConfigChanged", "RunDirLocked", "RunStore", "StoredResult",
            "partial_trajectory_writer", "safe_name"]
 
 
-class RunStore:
+class RunStore(TrajectoryFiles):
     """One run directory. Appends are serialised in-process (single writer per run dir)."""
 
     def __init__(self, run_dir: str | Path, fsync: bool = False):
@@ -188,54 +190,6 @@ class RunStore:
     def plan(self, tasks: Iterable[Task], samples_per_task: int, max_attempts: int, retry_infra: bool = False) -> Plan:
         """Sort every (task, sample) into done, failed for good, or to run next (see ``rollout.store.resume``)."""
         return plan_resume(self.results, tasks, samples_per_task, max_attempts, retry_infra)
-
-    def trajectory_path(self, rollout_id: str, attempt: int, task_id: str | None = None) -> Path:
-        """``trajectories/<task id>/<rest of rollout id>.a<attempt>.json``, e.g. ``trajectories/t1/0.a1.json``.
-
-        ``task_id`` defaults to the rollout id before its last '#' (rollout ids are ``<task>#<sample>``).
-        Unsafe characters in ids are replaced (with a hash suffix, so distinct ids stay distinct).
-        """
-        task = task_id if task_id is not None else rollout_id.rsplit("#", 1)[0]
-        rest = rollout_id[len(task) + 1 :] if rollout_id.startswith(task + "#") else rollout_id
-        return self.trajectories_dir / safe_name(task) / f"{safe_name(rest)}.a{attempt}.json"
-
-    def write_trajectory(self, result_or_meta: RolloutResult | RequestMeta,
-                         trajectory: Trajectory | None = None) -> Path:
-        """Atomically (re)write a rollout's trajectory file.
-
-        Give the finished ``RolloutResult`` (the whole record is written, ``"final": true``), or
-        while the rollout runs, its ``RequestMeta`` and the ``Trajectory`` so far (``"final": false``).
-        A final result with an empty trajectory (a worker that died) keeps the steps already on disk.
-        """
-        if isinstance(result_or_meta, RolloutResult):
-            r = result_or_meta
-            path = self.trajectory_path(r.rollout_id, r.attempt, r.task_id)
-            doc = {"final": True, **RolloutResult.model_dump(r, mode="json")}
-            if not (r.trajectory.steps or r.trajectory.messages) and path.exists():
-                doc["trajectory"] = json.loads(path.read_text()).get("trajectory", doc["trajectory"])
-        else:
-            m = result_or_meta
-            doc = {
-                "final": False,
-                "run_id": m.run_id,
-                "rollout_id": m.rollout_id,
-                "task_id": m.task_id,
-                "sample_index": m.sample_index,
-                "attempt": m.attempt,
-                "status": "running",
-                "trajectory": (trajectory or Trajectory()).model_dump(mode="json"),
-            }
-            path = self.trajectory_path(m.rollout_id, m.attempt, m.task_id)
-        write_json(path, doc, self.fsync, indent=None)  # rewritten every step: keep it compact
-        return path
-
-    def load_trajectory(self, result: RolloutResult) -> Trajectory | None:
-        """The trajectory a results line points to, or None if its file is missing."""
-        path = self.trajectory_path(result.rollout_id, result.attempt, result.task_id)
-        try:
-            return Trajectory.model_validate(json.loads(path.read_text())["trajectory"])
-        except FileNotFoundError:
-            return None
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         write_json(self.summary_path, summary, self.fsync)

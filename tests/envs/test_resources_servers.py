@@ -14,11 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from envs.resources.calc_server import calc_rows, evaluate
-from envs.resources.calc_server import create_app as calc_app
+from envs.resources.calc_server import calc_rows, create_app as calc_app, evaluate
 from envs.resources.serving import serve_in_thread
-from envs.resources.text_game import create_app as game_app
-from envs.resources.text_game import secret_for
+from envs.resources.text_game import create_app as game_app, secret_for
 
 REPO = Path(__file__).resolve().parents[2]
 COOKIE = "resources_session_id"

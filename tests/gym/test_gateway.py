@@ -15,8 +15,11 @@ import pytest
 
 from agents.external_agent import ExternalAgent
 from cluster.gym.gateway import calls_to_steps, gateway_app
-from cluster.serving.scripted_server.server import FaultsConfig, ScriptedServerConfig
-from cluster.serving.scripted_server.server import serve_in_thread as scripted_server_in_thread
+from cluster.serving.scripted_server.server import (
+    FaultsConfig,
+    ScriptedServerConfig,
+    serve_in_thread as scripted_server_in_thread,
+)
 from envs.resources.serving import serve_in_thread
 from envs.runtimes.docker.runtime import DockerRuntime
 from envs.runtimes.local import LocalRuntime

@@ -8,11 +8,9 @@ import json
 import httpx
 import pytest
 
-from envs.resources.calc_server import calc_rows
-from envs.resources.calc_server import create_app as calc_app
+from envs.resources.calc_server import calc_rows, create_app as calc_app
 from envs.resources.serving import serve_in_thread
-from envs.resources.text_game import create_app as game_app
-from envs.resources.text_game import secret_for
+from envs.resources.text_game import create_app as game_app, secret_for
 
 BASE = "nemo_gym.base_resources_server"
 AVIARY = "resources_servers.aviary.schemas"

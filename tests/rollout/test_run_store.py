@@ -14,7 +14,8 @@ import pytest
 
 from rollout.errors import ConfigError, ExitReason
 from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Step, Task, Trajectory, Usage
-from rollout.store.manifest import build_manifest, config_hash, diff_result_keys, result_affecting
+from rollout.store.manifest import build_manifest
+from rollout.store.result_keys import config_hash, diff_result_keys, result_affecting
 from rollout.store.resume import attempt_record, latest_per_key
 from rollout.store.run_dir import DatasetChanged, RunConfigChanged, RunDirLocked, RunStore
 

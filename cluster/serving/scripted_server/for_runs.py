@@ -1,6 +1,7 @@
-"""The scripted policy over HTTP for a run or a farm whose config has a ``fake_server`` section (demos, tests):
-one starter for both. On 127.0.0.1, unless the run joins a cluster: then on every interface, advertised with
-this node's address so workers on other nodes reach it."""
+"""The scripted policy over HTTP in the driver's process, for a run or a farm whose config has a ``fake_server``
+section (the scripted app's in-process spelling; ``cluster.assembly`` starts it): one starter for both. On
+127.0.0.1, unless the run joins a cluster: then on every interface, advertised with this node's address so
+workers on other nodes reach it."""
 
 from __future__ import annotations
 
@@ -39,33 +40,3 @@ def node_address() -> str:
     from ray.util import get_node_ip_address
 
     return get_node_ip_address()
-
-
-class DemoServer:
-    """A farm's ``fake_server`` section served for as long as the farm lives; ``start`` points the source's
-    model at it. Nothing happens without that section."""
-
-    needs_ray = False
-
-    def __init__(self, section: Any, source: Any, remote: bool = False):
-        self.section, self.source, self.remote, self.server = section, source, remote, None
-
-    async def start(self) -> None:
-        if self.section is not None:
-            self.server = await start_demo_server(self.section, remote=self.remote)
-            self.source.base_url = self.server.url
-
-    async def bind_tasks(self, tasks: list[Any]) -> None:
-        """The scripted policy sees the tasks a trainer's call hands the farm (looked up by the request's task id)."""
-        if self.server is not None:
-            self.server.model.tasks.update({task.task_id: task for task in tasks})
-
-    def controls(self) -> Any:
-        from cluster.serving.controls import EndpointControls, ScriptedControls
-
-        return ScriptedControls() if self.section is not None else EndpointControls()
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            await self.server.stop()
-            self.server = None

@@ -93,7 +93,8 @@ def _get(produce: Callable[[], Any]) -> Callable[[web.Request], Awaitable[web.Re
     return handler
 
 
-async def start_scripted_server(config: ScriptedServerConfig | None = None, model: ScriptedModel | None = None) -> ScriptedServer:
+async def start_scripted_server(config: ScriptedServerConfig | None = None,
+                                model: ScriptedModel | None = None) -> ScriptedServer:
     """Start a server on the running loop; ``model`` replaces the one the config describes."""
     return await ScriptedServer(config or ScriptedServerConfig(), model).start()
 
@@ -110,7 +111,8 @@ async def fake_server(
 
 
 @contextlib.contextmanager
-def serve_in_thread(config: ScriptedServerConfig | None = None, model: ScriptedModel | None = None) -> Iterator[ScriptedServer]:
+def serve_in_thread(config: ScriptedServerConfig | None = None,
+                    model: ScriptedModel | None = None) -> Iterator[ScriptedServer]:
     """A server on its own loop in a daemon thread, for sync code and tests that call asyncio.run."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="fake-openai-server", daemon=True)

@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envs.runtimes import warm_pool
-from envs.runtimes.docker import containers, engines
-from envs.runtimes.docker import start as docker_start
+from envs.runtimes.docker import containers, engines, start as docker_start
 from envs.runtimes.docker.commands import WRAPPER, ExecJob
 from envs.runtimes.docker.config import DockerRuntimeConfig
 from envs.runtimes.docker.engines import explain, status

@@ -15,32 +15,27 @@ import asyncio
 import json
 import os
 import random
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, Mapping
 
 import aiohttp
 
 from rollout.config.load import validate
 from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models.client.config import OpenAIModelConfig
-from rollout.models.client.http1 import ConnectionFailed, Http1Pool
+from rollout.models.client.http1 import ConnectionFailed
+from rollout.models.client.sessions import LoopSessions, LoopState
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta
 from rollout.wire.chat import (
     RELEASE_PREFIX,
     SESSION_HEADER,
+    dumps_body as _dumps,
     is_context_length_error,
+    loads_body as _loads,
     parse_response,
     parse_retry_after,
-    raise_open_file_limit,
     request_metadata,
     snippet,
-)
-from rollout.wire.chat import (
-    dumps_body as _dumps,
-)
-from rollout.wire.chat import (
-    loads_body as _loads,
 )
 
 CONTEXT_LENGTH_STATUSES = (400, 422)
@@ -52,18 +47,7 @@ RETRY_STATUSES = frozenset({408, 409, 425, 429})
 """Retried like 5xx: timeouts, conflicts, too early, rate limits."""
 
 
-@dataclass
-class _LoopState:
-    """What belongs to one event loop: the session, the in-flight bound, the session's closer."""
-
-    session: aiohttp.ClientSession
-    semaphore: asyncio.Semaphore
-    closer: AsyncIterator[None]
-    timeout: aiohttp.ClientTimeout
-    lean: Http1Pool | None = None
-
-
-class OpenAIModel:
+class OpenAIModel(LoopSessions):
     """The ``Model`` seam over HTTP. Safe to share across all rollouts of a process."""
 
     def __init__(self, config: OpenAIModelConfig | None = None, **fields: Any):
@@ -73,7 +57,7 @@ class OpenAIModel:
         self._headers = {"Content-Type": "application/json", **self.config.extra_headers}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
-        self._loops: dict[asyncio.AbstractEventLoop, _LoopState] = {}
+        self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
         self._streams: Any = None  # token-in mode's per-rollout token streams
 
     @classmethod
@@ -204,51 +188,3 @@ class OpenAIModel:
         if retry_after is not None:
             delay = max(delay, min(retry_after, cfg.max_backoff))
         return delay
-
-    async def _state(self) -> _LoopState:
-        """This loop's session, made on first use: aiohttp sessions belong to the loop they start on."""
-        loop = asyncio.get_running_loop()
-        state = self._loops.get(loop)
-        if state is None:
-            for old in [lp for lp in self._loops if lp.is_closed()]:
-                del self._loops[old]
-            raise_open_file_limit()
-            connector = aiohttp.TCPConnector(limit=self.config.max_connections, limit_per_host=0, ttl_dns_cache=300,
-                                            keepalive_timeout=self.config.keepalive_timeout)
-            # No response decompression or default headers to compute: less work per request at 10k in flight.
-            session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                            skip_auto_headers=("User-Agent",))
-            lean = None
-            if (self.config.http_client == "auto" and self.url.startswith("http://")
-                    and not self.config.max_connections):
-                lean = Http1Pool(self.url, self._headers, keepalive=self.config.keepalive_timeout)
-            state = _LoopState(session, asyncio.Semaphore(self.config.max_concurrency),
-                               _close_at_loop_end(session, lean), aiohttp.ClientTimeout(total=self.config.timeout),
-                               lean)
-            self._loops[loop] = state
-            # Started and parked at its yield: asyncio.run() finalises such generators while the
-            # loop still runs, which closes the session even when nobody calls aclose().
-            await state.closer.__anext__()
-        return state
-
-    def __getstate__(self) -> dict[str, Any]:  # a pickled copy (a Ray worker) makes its own sessions and streams
-        return {**self.__dict__, "_loops": {}, "_streams": None}
-
-    async def aclose(self) -> None:
-        """Close this event loop's session (other loops' sessions close when their loop ends)."""
-        state = self._loops.pop(asyncio.get_running_loop(), None)
-        if state is not None:
-            if state.lean is not None:
-                state.lean.close()
-            await state.session.close()
-            await state.closer.aclose()
-
-
-async def _close_at_loop_end(session: aiohttp.ClientSession, lean: Http1Pool | None) -> AsyncIterator[None]:
-    try:
-        yield
-    finally:
-        if lean is not None:
-            lean.close()
-        if not session.closed:
-            await session.close()

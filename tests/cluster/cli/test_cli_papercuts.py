@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.cli import main as cli
-from cluster.cli import version
+from cluster.cli import main as cli, version
 from cluster.run.config import RunConfig
 from rollout.config.load import load_config, validate
 

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.run import job as jobs
-from cluster.run import live
+from cluster.run import job as jobs, live
 from cluster.run.driver import Driver
 from cluster.run.live import LiveRollout as WorkerLiveRollout  # workers and the driver share one tracker
 
