@@ -35,9 +35,8 @@ from starlette.responses import Response
 
 from agents.external_agent import CallSteps, calls_to_steps
 from cluster.gym.call_store import CallStore
-from cluster.serving.scripted_server.server import error_body
 from rollout.config.load import StrictModel
-from rollout.wire.chat import SESSION_HEADER, loads_lenient, parse_response, snippet
+from rollout.wire.chat import SESSION_HEADER, error_body, loads_lenient, parse_response, snippet
 
 __all__ = ["Gateway", "GatewayConfig", "gateway_router", "gateway_app", "CallStore", "calls_to_steps", "CallSteps"]
 

@@ -197,3 +197,10 @@ def loads_body(raw: bytes) -> Any:
         except ValueError:  # invalid UTF-8 or lone surrogates: the lenient reading below
             pass
     return loads_lenient(raw)
+
+
+def error_body(message: str, status: int, *, kind: str | None = None, code: str | int | None = None,
+               param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    kind = kind or ("BadRequestError" if status < 500 else "InternalServerError")
+    return {"error": {"message": message, "type": kind, "param": param, "code": status if code is None else code}}

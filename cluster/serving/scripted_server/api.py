@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from rollout.models import scripted_tokens
 from rollout.protocols import ModelResponse
 from rollout.records import Message, Usage
-from rollout.wire.chat import completion_json
+from rollout.wire.chat import completion_json, error_body
 
 PIECES = scripted_tokens._TOKEN
 """How the fake tokenizer splits text: one fake token per piece."""
@@ -23,13 +23,6 @@ ROLE_PREFIX = scripted_tokens.render_message({"role": "assistant"})
 MAX_N, MAX_TOP_LOGPROBS = 128, 20
 TEXT_MAX_TOKENS = 16
 """``/v1/completions`` answers at most 16 tokens unless told, as OpenAI's and vLLM's do."""
-
-
-def error_body(message: str, status: int, *, kind: str | None = None, code: str | int | None = None,
-               param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
-    kind = kind or ("BadRequestError" if status < 500 else "InternalServerError")
-    return {"error": {"message": message, "type": kind, "param": param, "code": status if code is None else code}}
 
 
 @dataclass

@@ -14,12 +14,12 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from aiohttp import web
 from pydantic import ValidationError
 
-from cluster.serving.scripted_server.api import Reply, error_body
+from cluster.serving.scripted_server.api import Reply
 from cluster.serving.scripted_server.config import FaultsConfig, ScriptedServerConfig
 from cluster.serving.scripted_server.routes import ScriptedRoutes
 from rollout.config.load import config_error
 from rollout.models.scripted import ScriptedModel
-from rollout.wire.chat import raise_open_file_limit
+from rollout.wire.chat import error_body, raise_open_file_limit
 
 __all__ = ["ScriptedServer", "ScriptedServerConfig", "FaultsConfig", "Reply", "error_body", "fake_server", "serve",
            "serve_in_thread", "start_scripted_server"]
