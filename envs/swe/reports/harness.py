@@ -1,5 +1,5 @@
 """SWE-bench report formats: tests by category, predictions, per-instance reports, run summary (the Grade record:
-``envs.swe.grading.record``)."""
+``envs.swe.reports.grade_record``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envs.swe.grading.record import Grade
 from envs.swe.logs.pytest_log import FAILED, FAILING, PASSING
+from envs.swe.reports.grade_record import Grade
 from rollout.data.paths import under
 from rollout.errors import ConfigError
 from rollout.store.files import write_bytes

@@ -27,8 +27,8 @@ from swe_shapes import (
 
 from envs.images.image_names import image_for, swegym_name, swesmith_name
 from envs.swe.env import check_row
-from envs.swe.grading.record import Grade
 from envs.swe.logs import parsers as lp
+from envs.swe.reports.grade_record import Grade
 from envs.swe.rows.shapes import SWEBENCH4, SWEBENCH5, SWEGYM, SWESMITH, shape_of
 from envs.swe.rows.v5 import categories, eval_body, judge, take_exit_code
 from envs.swe.verifier import SweVerifier
