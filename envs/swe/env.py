@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 from envs.images.image_gc import parse_size
 from envs.images.image_names import image_for
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
-from envs.swe.grading.patch import diff_paths
+from envs.swe.diffs import diff_paths
 from envs.swe.rows.shapes import agent_base, check_shape, ref_problem, required_fields, start_ref
 from rollout.config.load import StrictModel
 from rollout.errors import ContainerStartError

@@ -7,8 +7,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from envs.swe.diffs import diff_paths
 from envs.swe.grading.canaries import CanaryFile, step_script
-from envs.swe.grading.patch import diff_paths, reset_script, restore_script, save_script
+from envs.swe.grading.patch import reset_script, restore_script, save_script
 from envs.swe.grading.protect import section_script
 from envs.swe.grading.pytest_launch import boot_files, exports, launcher, snapshot_function
 from envs.swe.logs.pytest_log import END_MARKER, START_MARKER

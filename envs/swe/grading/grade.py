@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from envs.swe.diffs import diff_paths
 from envs.swe.grading import canaries as canary_tests
 from envs.swe.grading.eval_script import EvalScript, with_newline
-from envs.swe.grading.patch import diff_paths, refusal
+from envs.swe.grading.patch import refusal
 from envs.swe.grading.protect import test_file_paths, test_like, to_reset, with_sections
 from envs.swe.grading.script_run import (
     ScriptRun,

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from envs.swe.grading.patch import diff_paths
+from envs.swe.diffs import diff_paths
 from envs.swe.logs.parsers import OTHERS
 from envs.swe.rows.shapes import SWEGYM, SWESMITH, EvalPlan
 from rollout.errors import VerifierError

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
-from envs.swe.grading.patch import diff_paths, in_repo
+from envs.swe.diffs import diff_paths
+from envs.swe.grading.patch import in_repo
 
 
 def test_paths_of_a_real_git_diff(tmp_path):
