@@ -120,3 +120,20 @@ def test_no_module_is_over_250_lines():
     long = {f"{path.relative_to(ROOT)}": lines for top in SIZED if top != "tests" for folder in folders(top)
             for path in folder.glob("*.py") if (lines := len(path.read_text().splitlines())) > MAX_LINES_PER_MODULE}
     assert long == {}, f"split these modules along a seam (at most {MAX_LINES_PER_MODULE} lines each)"
+
+
+@pytest.mark.parametrize("folder, forbidden", [
+    ("envs/swe/logs", ("envs.swe.rows", "envs.swe.grading", "envs.swe.reports")),
+    ("envs/swe/rows", ("envs.swe.grading", "envs.swe.reports")),
+    ("envs/swe/reports", ("envs.swe.grading",)),
+    ("envs/runtimes/docker", ("envs.runtimes.apptainer",)),
+    ("cluster/session", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.serving", "cluster.workers")),
+    ("cluster/workers", ("cluster.farm", "cluster.cli", "cluster.assembly")),
+])
+def test_subfolders_import_one_way(folder, forbidden):
+    """Inside a package the parts point one way too: a lower part never imports one that builds on it (the
+    grader reads rows, logs and reports; none of them reads the grader back)."""
+    names = re.compile(r"^\s*(?:from|import)\s+(" + "|".join(re.escape(f) for f in forbidden) + r")\b", re.M)
+    found = [f"{path.relative_to(ROOT)}: {match}" for path in sorted((ROOT / folder).rglob("*.py"))
+             for match in names.findall(path.read_text())]
+    assert found == []
