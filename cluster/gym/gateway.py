@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator
 
 import aiohttp
 import orjson
@@ -35,8 +35,9 @@ from starlette.responses import Response
 
 from agents.external_agent import CallSteps, calls_to_steps
 from cluster.gym.call_store import CallStore
+from cluster.gym.gateway_replies import as_events, decode_reply, error_message, error_reply, json_reply
 from rollout.config.load import StrictModel
-from rollout.wire.chat import SESSION_HEADER, error_body, loads_lenient, parse_response, snippet
+from rollout.wire.chat import SESSION_HEADER, parse_response, snippet
 
 __all__ = ["Gateway", "GatewayConfig", "gateway_router", "gateway_app", "CallStore", "calls_to_steps", "CallSteps"]
 
@@ -94,15 +95,15 @@ class Gateway:
                                                timeout=aiohttp.ClientTimeout(total=self.config.timeout)) as resp:
                 status, raw = resp.status, await resp.read()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            return _error(f"upstream {url} cannot be reached: {type(exc).__name__}: {exc}", 502)
-        data, text = _decode(raw), raw.decode("utf-8", "replace")
+            return error_reply(f"upstream {url} cannot be reached: {type(exc).__name__}: {exc}", 502)
+        data, text = decode_reply(raw), raw.decode("utf-8", "replace")
         if status != 200:
             got = data.get("error", data) if isinstance(data, dict) else None
             if isinstance(got, dict) and "message" in got:
-                return _json({"error": {k: got.get(k) for k in ("message", "type", "param", "code")}}, status)
-            return _error(f"upstream HTTP {status}: {snippet(text)}", status)
+                return json_reply({"error": {k: got.get(k) for k in ("message", "type", "param", "code")}}, status)
+            return error_reply(f"upstream HTTP {status}: {snippet(text)}", status)
         if data is None:
-            return _error(f"upstream {url} answered with a body that is not JSON: {snippet(text)}", 502)
+            return error_reply(f"upstream {url} answered with a body that is not JSON: {snippet(text)}", 502)
         return status, data
 
     async def chat(self, rollout_id: str, request: Request) -> Response:
@@ -112,7 +113,7 @@ class Gateway:
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            return _error("body must be a JSON object with messages: a list of message objects", 400)
+            return error_reply("body must be a JSON object with messages: a list of message objects", 400)
         stream, options = bool(body.pop("stream", False)), body.pop("stream_options", None) or {}
         wants_ids, wants_logprobs = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
         upstream = {**body, "logprobs": True, "return_token_ids": True}
@@ -126,14 +127,14 @@ class Gateway:
         call: dict[str, Any] = {"messages": messages, "tools": body.get("tools"), "message": None,
                                 "started_at": started, "seconds": time.perf_counter() - t0}
         if isinstance(got, Response):
-            self.store.record(rollout_id, {**call, "status": got.status_code, "error": _message(got)})
+            self.store.record(rollout_id, {**call, "status": got.status_code, "error": error_message(got)})
             return got
         data = got[1]
         try:
             reply = parse_response(data)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            error = _error(f"upstream reply is not a chat completion ({exc!r}): {snippet(str(data))}", 502)
-            self.store.record(rollout_id, {**call, "status": 502, "error": _message(error)})
+            error = error_reply(f"upstream reply is not a chat completion ({exc!r}): {snippet(str(data))}", 502)
+            self.store.record(rollout_id, {**call, "status": 502, "error": error_message(error)})
             return error
         self.store.record(rollout_id, {
             **call, "message": reply.message, "finish_reason": reply.finish_reason, "usage": reply.usage.model_dump(),
@@ -148,16 +149,16 @@ class Gateway:
             if not wants_logprobs:
                 choice["logprobs"] = None
         if stream:
-            chunks = b"".join(_sse(data, bool(options.get("include_usage"))))
+            chunks = b"".join(as_events(data, bool(options.get("include_usage"))))
             return Response(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        return _json(data, 200)
+        return json_reply(data, 200)
 
     async def models(self, rollout_id: str) -> Response:
         if self.config.model:
             listed = {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rollout-farm"}
-            return _json({"object": "list", "data": [listed]}, 200)
+            return json_reply({"object": "list", "data": [listed]}, 200)
         got = await self._send("GET", "/models")
-        return got if isinstance(got, Response) else _json(got[1], 200)
+        return got if isinstance(got, Response) else json_reply(got[1], 200)
 
     def router(self) -> APIRouter:
         @contextlib.asynccontextmanager
@@ -170,14 +171,14 @@ class Gateway:
         router.add_api_route("/rollouts/{rollout_id:path}/v1/models", self.models, methods=["GET"])
 
         async def calls(rollout_id: str) -> Response:
-            return _json({"rollout_id": rollout_id, "dropped": self.store.dropped(rollout_id),
+            return json_reply({"rollout_id": rollout_id, "dropped": self.store.dropped(rollout_id),
                           "calls": self.store.calls(rollout_id)}, 200)
 
         async def forget(rollout_id: str) -> Response:
-            return _json({"rollout_id": rollout_id, "forgotten": self.store.forget(rollout_id)}, 200)
+            return json_reply({"rollout_id": rollout_id, "forgotten": self.store.forget(rollout_id)}, 200)
 
         async def unknown(rollout_id: str, rest: str, request: Request) -> Response:
-            return _error(f"{request.method} /v1/{rest} is not a route of this gateway", 404, "NotFoundError")
+            return error_reply(f"{request.method} /v1/{rest} is not a route of this gateway", 404, "NotFoundError")
 
         router.add_api_route("/rollouts/{rollout_id:path}/calls", calls, methods=["GET"])
         router.add_api_route("/rollouts/{rollout_id:path}/v1/{rest:path}", unknown,
@@ -202,47 +203,3 @@ def gateway_app(upstream_base_url: str, **options: Any) -> FastAPI:
     app.include_router(router)
     app.state.gateway = router.gateway  # type: ignore[attr-defined]
     return app
-
-
-def _decode(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except ValueError:
-        try:
-            return loads_lenient(raw)  # broken text in the model's reply is still the model's reply
-        except ValueError:
-            return None
-
-
-def _json(payload: Any, status: int) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
-
-
-def _error(message: str, status: int, kind: str | None = None) -> Response:
-    return _json(error_body(message, status, kind=kind), status)
-
-
-def _message(response: Response) -> str:
-    return orjson.loads(response.body)["error"]["message"]
-
-
-def _sse(data: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
-    """A full chat completion as the chunks a streaming server sends: the whole message, then the finish."""
-    base = {"id": data.get("id"), "object": "chat.completion.chunk", "created": data.get("created"),
-            "model": data.get("model")}
-    first = {"prompt_token_ids": data["prompt_token_ids"]} if "prompt_token_ids" in data else {}
-    for choice in data.get("choices") or []:
-        message, index = dict(choice.get("message") or {}), choice.get("index", 0)
-        message["role"] = "assistant"
-        if message.get("tool_calls"):
-            message["tool_calls"] = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
-        delta = {"index": index, "delta": message, "logprobs": choice.get("logprobs"), "finish_reason": None}
-        if "token_ids" in choice:
-            delta["token_ids"] = choice["token_ids"]
-        yield b"data: " + orjson.dumps({**base, **first, "choices": [delta]}) + b"\n\n"
-        first = {}
-        end = {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice.get("finish_reason")}
-        yield b"data: " + orjson.dumps({**base, "choices": [end]}) + b"\n\n"
-    if include_usage:
-        yield b"data: " + orjson.dumps({**base, "choices": [], "usage": data.get("usage")}) + b"\n\n"
-    yield b"data: [DONE]\n\n"
