@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, TextIO
 
 from cluster.backends.seam import Backend
 from cluster.run import live
+from cluster.workers.live_tracker import LiveTracker
 from rollout import events
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.store.resume import Plan, attempt_record, can_retry
@@ -80,7 +81,7 @@ class Driver:
         self.progress = Progress(total, already_done=plan.done_count + plan.final_failed_count)
         self.finished: list[RolloutResult] = []
         self.in_flight = 0
-        self.tracker = live.LiveTracker()
+        self.tracker = LiveTracker()
         """The attempts in flight, updated by their events (the rows of backends without their own ``live()``)."""
         self.live_dir = Path(live_dir) if live_dir is not None else getattr(store, "run_dir", None)
         """Where live.json goes: the run directory (none for a store without one)."""

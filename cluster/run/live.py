@@ -2,9 +2,9 @@
 how far the run is and what every in-flight rollout is doing (step, last command, when it last made
 progress, where it runs). ``rollout status`` reads it; so can anything else (``read_live``).
 
-The rows of in-flight rollouts have one shape wherever the rollout runs: ``LiveTracker`` keeps them from a
-rollout's events (the driver uses one for in-process backends), ``RolloutWorker.live`` returns the same
-rows for a Ray worker.
+The rows of in-flight rollouts have one shape wherever the rollout runs: ``cluster.workers.live_tracker`` keeps
+them from a rollout's events (the driver uses one for in-process backends), ``RolloutWorker.live`` returns the
+same rows for a Ray worker.
 """
 
 from __future__ import annotations
@@ -14,78 +14,15 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from rollout import events
-from rollout.records import RequestMeta
 
 LIVE_FILE = "live.json"
 WRITE_INTERVAL = 1.0
 """Seconds between rewrites of live.json (less when the progress interval is shorter)."""
 STALE_AFTER = 15.0
 """A running run's live.json older than this (or five write intervals, if longer) means its driver is gone."""
-COMMAND_LIMIT = 200
-"""Characters of the last command kept per row."""
-
 RUNNING, FINISHED, INTERRUPTED, FAILED, STALE = "running", "finished", "interrupted", "failed", "stale"
-
-
-@dataclass
-class LiveRollout:
-    """What one in-flight rollout is doing."""
-
-    rollout_id: str
-    task_id: str
-    sample_index: int
-    attempt: int
-    started: float = field(default_factory=time.time)
-    step: int = 0
-    """Steps finished so far."""
-    last_command: str | None = None
-    last_progress: float = field(default_factory=time.time)
-    """When the rollout last emitted an event (a model call, a command, a step): epoch seconds."""
-
-
-class LiveTracker:
-    """The in-flight rollouts of one process, kept up to date by an observer per rollout."""
-
-    def __init__(self, node_id: str = "", worker: str | None = None):
-        self.node_id = node_id
-        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
-        self.rollouts: dict[tuple[str, int], LiveRollout] = {}
-
-    def start(self, meta: RequestMeta) -> tuple[str, int]:
-        """Track one attempt from now on; returns its key for ``observer`` and ``finish``."""
-        key = (meta.rollout_id, meta.attempt)
-        self.rollouts[key] = LiveRollout(meta.rollout_id, meta.task_id, meta.sample_index, meta.attempt)
-        return key
-
-    def finish(self, key: tuple[str, int]) -> None:
-        self.rollouts.pop(key, None)
-
-    def observer(self, key: tuple[str, int]) -> events.Observer:
-        """Updates the attempt's row from its events: any event is progress; commands and steps are noted."""
-
-        def observe(event: events.Event) -> None:
-            live = self.rollouts.get(key)
-            if live is None:
-                return
-            live.last_progress = time.time()
-            if event.kind in (events.ACTION_STARTED, events.ACTION_EXECUTED) and event.data.get("command"):
-                live.last_command = str(event.data["command"])[:COMMAND_LIMIT]
-            elif event.kind == events.STEP_DONE:
-                live.step = int(event.data.get("step", live.step))
-
-        return observe
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The rows ``RolloutWorker.live`` returns: the fields of ``LiveRollout`` plus node_id and worker."""
-        return [{**vars(r), "node_id": self.node_id, "worker": self.worker} for r in self.rollouts.values()]
-
-    def __len__(self) -> int:
-        return len(self.rollouts)
 
 
 def live_document(

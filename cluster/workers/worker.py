@@ -102,7 +102,7 @@ class RolloutWorker:
         self.ident = f"{socket.gethostname()}:{os.getpid()}"
         self.run_dir = run_dir
         self.policy_version: str | None = None
-        from cluster.run.live import LiveTracker
+        from cluster.workers.live_tracker import LiveTracker
 
         self.tracker = LiveTracker(node_id, self.ident)
         self.finished = 0

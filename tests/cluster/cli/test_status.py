@@ -20,7 +20,7 @@ import pytest
 
 from cluster.run import job as jobs, live
 from cluster.run.driver import Driver
-from cluster.run.live import LiveRollout as WorkerLiveRollout  # workers and the driver share one tracker
+from cluster.workers.live_tracker import LiveRollout as WorkerLiveRollout  # workers and the driver share one tracker
 
 REPO = Path(__file__).resolve().parents[3]
 
