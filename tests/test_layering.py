@@ -127,6 +127,7 @@ def test_no_module_is_over_250_lines():
     ("envs/swe/rows", ("envs.swe.grading", "envs.swe.reports")),
     ("envs/swe/reports", ("envs.swe.grading",)),
     ("envs/runtimes/docker", ("envs.runtimes.apptainer",)),
+    ("envs/runtimes/apptainer", ("envs.runtimes.docker",)),
     ("cluster/session", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.serving", "cluster.workers")),
     ("cluster/workers", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.assembly")),
 ])

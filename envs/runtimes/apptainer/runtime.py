@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from envs.images.apptainer_images import ensure_sif, find_binary
+from envs.runtimes import exit_stops
 from envs.runtimes.apptainer.argv import exec_argv, start_argv, stop_argv  # noqa: F401 - re-exported
 from envs.runtimes.apptainer.config import ApptainerRuntimeConfig
-from envs.runtimes.docker import containers
 from envs.runtimes.host_files import read_host_file, write_host_file
 from envs.runtimes.process import failure_reason, kill_group, run_capped
 from rollout.config.load import coerce
@@ -70,7 +70,7 @@ class ApptainerRuntime:
         except OSError as exc:
             raise ContainerStartError(f"cannot create a workspace: {exc}") from exc
         self.binary, self.workspace = binary, workspace
-        containers.track_other(self.name, functools.partial(
+        exit_stops.stop_at_exit(self.name, functools.partial(
             _stop_instance, binary, self.name, workspace if not self.config.keep_workspace else None))
         ran = await run_capped(
             start_argv(self.config, sif, self.name, workspace, binary),
@@ -153,7 +153,7 @@ class ApptainerRuntime:
     async def _teardown(self) -> None:
         with contextlib.suppress(RuntimeFailure):
             await run_capped(stop_argv(self.binary, self.name), timeout=60.0, max_output_bytes=_CONTROL_CAP)
-        containers.untrack_other(self.name)
+        exit_stops.forget(self.name)
         if self.workspace is not None and not self.config.keep_workspace:
             await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
-import signal
 import socket
 import sys
-import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
+from envs.runtimes import exit_stops
 from envs.runtimes.docker import engines
 from envs.runtimes.docker.owners import OWNER_LABEL, OWNER_START_LABEL, _start_ticks, owner_alive
 from rollout.errors import ConfigError
@@ -25,18 +23,9 @@ NODE_LABEL = "rollout-farm.node"
 NODE_ENV = "ROLLOUT_FARM_NODE"
 """Set by a farm worker process to its node id; becomes the container's ``NODE_LABEL``."""
 
-_EXIT_REMOVE_WAIT = 20.0
-"""Seconds the exit-time cleanup may take before giving up (the TTL catches what it misses)."""
-
-# container id -> (engine, base_url, name). Plain dict operations, atomic under the GIL: no lock, so the
-# SIGTERM handler can never deadlock on one the interrupted code holds.
+# container id -> (engine, base_url, name), for ``tracked``; the removal itself is an exit stop of
+# ``envs.runtimes.exit_stops`` (plain dict operations: no lock a SIGTERM handler could deadlock on).
 _live: dict[str, tuple[str, str | None, str]] = {}
-_others: dict[str, Callable[[], None]] = {}
-"""What else this process started and must stop at exit or on SIGTERM (apptainer instances): key -> a blocking
-stop."""
-_atexit_installed = False
-_sigterm_installed = False
-_previous_sigterm: Any = None
 
 
 def owner_labels() -> dict[str, str]:
@@ -50,22 +39,13 @@ def owner_labels() -> dict[str, str]:
 
 def track(container_id: str, engine: str, base_url: str | None, name: str) -> None:
     """Remember a live container; it is removed at interpreter exit or on SIGTERM unless ``untrack``ed first."""
-    install_hooks()
     _live[container_id] = (engine, base_url, name)
+    exit_stops.stop_at_exit(_key(container_id), lambda: _remove(container_id, engine, base_url))
 
 
 def untrack(container_id: str) -> None:
     _live.pop(container_id, None)
-
-
-def track_other(key: str, stop: Callable[[], None]) -> None:
-    """Stop something else (an apptainer instance) at interpreter exit or on SIGTERM unless ``untrack_other``ed."""
-    install_hooks()
-    _others[key] = stop
-
-
-def untrack_other(key: str) -> None:
-    _others.pop(key, None)
+    exit_stops.forget(_key(container_id))
 
 
 def tracked() -> list[str]:
@@ -74,43 +54,28 @@ def tracked() -> list[str]:
 
 
 def remove_tracked() -> list[str]:
-    """Force-remove every tracked container, in parallel; returns their names. Lock-free: it runs inside
-    a signal handler, which may interrupt the main thread anywhere (even inside the SDK's own locks),
-    so it uses fresh clients from new threads and gives up after a bound."""
-    entries = list(_live.items())
+    """Force-remove every tracked container (and stop whatever else this process registered to stop at exit),
+    in parallel; returns the containers' names."""
+    names = tracked()
     _live.clear()
-    others = list(_others.values())
-    _others.clear()
-    if not entries and not others:
-        return []
+    exit_stops.stop_all()
+    return names
+
+
+def install_hooks() -> None:
+    """The exit and SIGTERM stops installed now (a SIGTERM handler needs the main thread)."""
+    exit_stops.install_hooks()
+
+
+def _key(container_id: str) -> str:
+    return f"container:{container_id}"
+
+
+def _remove(container_id: str, engine: str, base_url: str | None) -> None:
+    """Force-remove one container with a fresh client (the cached one's locks may be held by the code a signal
+    interrupted)."""
     versions = {(e, u): c.api.api_version for e, u, c in engines.cached_clients()}
-
-    def remove(item: tuple[str, tuple[str, str | None, str]]) -> None:
-        cid, (engine, url, _) = item
-        try:
-            _fresh_api(engine, url, versions.get((engine, url))).remove_container(cid, force=True)
-        except Exception:  # noqa: BLE001 - already gone, or the engine is down: the TTL reaps it
-            pass
-
-    def stop(item: Callable[[], None]) -> None:
-        try:
-            item()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
-
-    # Plain threads, not an executor: at interpreter exit, executors refuse new work.
-    jobs = [(remove, (item,)) for item in entries] + [(stop, (other,)) for other in others]
-    threads = [threading.Thread(target=fn, args=args, daemon=True) for fn, args in jobs]
-    deadline = time.monotonic() + _EXIT_REMOVE_WAIT
-    for thread, (fn, args) in zip(threads, jobs):
-        try:
-            thread.start()
-        except RuntimeError:  # no new threads this late in shutdown: do it here
-            fn(*args)
-    for thread in threads:
-        if thread.ident is not None:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    return [name for _, (_, _, name) in entries]
+    _fresh_api(engine, base_url, versions.get((engine, base_url))).remove_container(container_id, force=True)
 
 
 def _fresh_api(engine: str, base_url: str | None, version: str | None) -> Any:
@@ -120,31 +85,6 @@ def _fresh_api(engine: str, base_url: str | None, version: str | None) -> Any:
     if url is None:
         return docker.from_env(version=version or "auto", timeout=10).api
     return docker.APIClient(base_url=url, version=version or "auto", timeout=10)
-
-
-def install_hooks() -> None:
-    """atexit and SIGTERM cleanup, installed on first container start (never at import: Ray re-imports us
-    everywhere). SIGTERM needs the main thread: from another one (an async Ray actor's loop) only atexit and
-    the TTL remain, and a later call from the main thread completes the job."""
-    global _atexit_installed, _sigterm_installed, _previous_sigterm
-    if not _atexit_installed:
-        _atexit_installed = True
-        atexit.register(remove_tracked)
-    if not _sigterm_installed and threading.current_thread() is threading.main_thread():
-        _sigterm_installed = True
-        _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    remove_tracked()
-    previous = _previous_sigterm
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_IGN:
-        return
-    else:  # the default action: die of SIGTERM, as if we had never been here
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def parse_duration(text: str | float) -> float:

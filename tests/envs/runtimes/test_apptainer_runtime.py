@@ -414,8 +414,8 @@ def test_instances_left_running_are_stopped_at_interpreter_exit(fake_cli, tmp_pa
     script = textwrap.dedent(f"""
         import asyncio, atexit
         import envs.runtimes.apptainer.runtime as m
-        from envs.runtimes.docker import containers
-        assert not containers._atexit_installed  # nothing is registered at import (one exit hook, shared)
+        from envs.runtimes import exit_stops
+        assert not exit_stops._atexit_installed  # nothing is registered at import (one exit hook, shared)
         rt = m.ApptainerRuntime({{"image": {sif!r}, "workspace_root": {str(tmp_path / "ws")!r}}})
         asyncio.run(rt.start())
         print(rt.name)
