@@ -1,0 +1,133 @@
+"""Separate machines on this one, for tests of the farm across nodes: each ``Machine`` is a Ray node with its own
+docker daemon (its own data root, exec root, socket and bridge: an empty image store), its own view of the
+filesystem (a mount namespace where the head's directories are masked by a tmpfs) and its own CPUs. Killing one
+kills every process in its mount namespace: the raylet, its workers and its daemon, as a machine that dies.
+
+Not ``--bridge=none`` for the daemon: a daemon started with it deletes the main daemon's ``docker0``. Each machine
+makes a bridge of its own and deletes it with the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def mount_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+class Machine:
+    def __init__(self, name: str, index: int, head: str, root: Path, *, masked: list[str], num_cpus: int = 0,
+                 resources: dict[str, float] | None = None):
+        self.name, self.head, self.root = name, head, root
+        self.masked, self.num_cpus = list(masked), num_cpus
+        self.resources = {name: 1.0, **(resources or {})}
+        self.bridge = f"rfm{os.getpid() % 1000}n{index}"
+        self.subnet = f"10.{200 + index}.{os.getpid() % 250}.1/24"
+        self.socket = root / "docker.sock"
+        self.process: subprocess.Popen | None = None
+        self.namespace: str | None = None
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.socket}"
+
+    def docker(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", *args], env={**os.environ, "DOCKER_HOST": self.docker_host},
+                              capture_output=True, text=True, timeout=timeout)
+
+    def script(self) -> str:
+        masks = "\n".join(f"mkdir -p {shlex.quote(p)} && mount -t tmpfs tmpfs {shlex.quote(p)}" for p in self.masked)
+        data, run = self.root / "data", self.root / "exec"
+        resources = shlex.quote(json.dumps(self.resources))
+        ray = shlex.quote(str(Path(sys.executable).with_name("ray")))  # beside this interpreter: the venv's
+        return f"""set -e
+{masks}
+dockerd --data-root {data} --exec-root {run} --pidfile {self.root}/docker.pid -H {self.docker_host} \\
+    --bridge={self.bridge} --iptables=false --ip-masq=false > {self.root}/dockerd.log 2>&1 &
+for _ in $(seq 1 60); do docker info > /dev/null 2>&1 && break; sleep 0.5; done
+exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={resources} \\
+    --block > {self.root}/ray.log 2>&1
+"""
+
+    def start(self, timeout: float = 90) -> "Machine":
+        self.root.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
+        subprocess.run(["ip", "addr", "add", self.subnet, "dev", self.bridge], check=True)
+        subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
+        project = str(Path(__file__).resolve().parents[3])  # the node's workers import the project from its tree
+        pythonpath = os.pathsep.join(p for p in (project, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "DOCKER_HOST": self.docker_host, "RAY_AUTH_MODE": "token", "PYTHONPATH": pythonpath}
+        env.pop("RAY_ADDRESS", None)
+        self.process = subprocess.Popen(["unshare", "-m", "--propagation", "private", "bash", "-c", self.script()],
+                                        env=env, start_new_session=True)
+        deadline, ours = time.monotonic() + timeout, mount_namespace("self")
+        while time.monotonic() < deadline:
+            if self.namespace is None and mount_namespace(self.process.pid) not in (None, ours):
+                self.namespace = mount_namespace(self.process.pid)  # only once unshare has made its own
+            if self.process.poll() is not None:
+                raise RuntimeError(f"machine {self.name} did not start: {self.logs()}")
+            if self.namespace is not None and self.joined():
+                return self
+            time.sleep(0.5)
+        raise TimeoutError(f"machine {self.name} did not join within {timeout:g}s: {self.logs()}")
+
+    def joined(self) -> bool:
+        import ray
+
+        return any(n.get("Alive") and n.get("Resources", {}).get(self.name) for n in ray.nodes())
+
+    def gone(self, timeout: float = 90) -> bool:
+        """Wait until Ray has marked this machine's node dead (its health checks failed); whether it did."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.joined():
+                return True
+            time.sleep(1)
+        return False
+
+    def logs(self) -> str:
+        return " | ".join(p.read_text()[-600:] for p in (self.root / "dockerd.log", self.root / "ray.log")
+                          if p.exists())
+
+    def pids(self) -> list[int]:
+        """Every process in this machine's mount namespace (never this process's own: nothing outside the machine
+        is ever killed)."""
+        if self.namespace is None or self.namespace == mount_namespace("self"):
+            return []
+        return [int(p.name) for p in Path("/proc").iterdir()
+                if p.name.isdigit() and mount_namespace(p.name) == self.namespace]
+
+    def kill(self) -> None:
+        """The machine dies: every process in its namespace is killed at once (its raylet, workers, daemon)."""
+        for _ in range(3):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.3)
+        if self.process is not None:
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Kill the machine, wait until Ray has let go of its node (so later work on the cluster never waits on a
+        dead node), and delete its bridge and files."""
+        self.kill()
+        self.gone()
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)

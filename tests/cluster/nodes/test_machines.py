@@ -1,0 +1,64 @@
+"""The separate-machines fixture cannot silently share: a node's processes find the head's files masked and its
+docker daemon's image store empty, and a node that dies is gone with its daemon and every process it had."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from machines import Machine
+
+pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
+
+
+@pytest.fixture
+def machine(ray_cluster, tmp_path_factory):
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("dockerd"):
+        why = "separate machines need root, unshare and dockerd"
+        pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
+    head_files = tmp_path_factory.mktemp("head-files")
+    (head_files / "rows.jsonl").write_text('{"id": 1}\n')
+    name = f"machine_{uuid.uuid4().hex[:6]}"
+    node = Machine(name, 1, ray_cluster.get_runtime_context().gcs_address,
+                   Path("/tmp") / f"rollout-farm-{name}", masked=[str(head_files)]).start()
+    try:
+        yield node, head_files
+    finally:
+        node.stop()
+
+
+def test_a_node_reads_nothing_of_the_head_by_path_and_has_an_image_store_of_its_own(machine):
+    import ray
+
+    node, head_files = machine
+
+    @ray.remote(num_cpus=0, resources={node.name: 0.01})
+    def on_the_node(path: str) -> dict:
+        import os
+        import subprocess
+
+        images = subprocess.run(["docker", "images", "-q"], capture_output=True, text=True, timeout=60)
+        return {"exists": os.path.exists(path), "host": os.environ.get("DOCKER_HOST"),
+                "images": images.stdout.split(), "docker_ok": images.returncode == 0}
+
+    seen = ray.get(on_the_node.remote(str(head_files / "rows.jsonl")), timeout=120)
+    assert (head_files / "rows.jsonl").exists()  # on the head it is there
+    assert seen["exists"] is False  # on the node it is not: a read by path fails
+    assert seen["host"] == node.docker_host and seen["docker_ok"]
+    assert seen["images"] == []  # the node's daemon starts with nothing
+    main = subprocess.run(["docker", "images", "-q"], capture_output=True, text=True, timeout=60)
+    assert main.stdout.split(), "the main daemon holds images the node's does not"
+
+
+def test_a_machine_that_dies_takes_its_daemon_and_processes_with_it(machine):
+    node, _ = machine
+    assert node.docker("info").returncode == 0
+    assert len(node.pids()) >= 3  # the shell's exec'd ray, its raylet and the daemon at least
+    node.kill()
+    assert node.pids() == []
+    assert node.docker("info", timeout=20).returncode != 0
+    assert node.gone(timeout=90), "Ray still lists the dead machine's node as alive"
