@@ -82,12 +82,24 @@ class FarmAssembly:
             return None
         try:
             self.served = apps.start(self.serve, self.model_id, base_url=self.model.get("base_url"),
-                                     dataset=self.dataset, out=self.out)
+                                     dataset=self._carry_dataset(), out=self.out)
         except Exception as exc:  # noqa: BLE001 - a model that cannot start: say so in one line, run nothing
             last = str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else ""
             raise ConfigError(f"the {self.serve.app} application did not start: {type(exc).__name__}: {last}",
                               "serve") from None
         return self.served
+
+    def _carry_dataset(self) -> str | None:
+        """The dataset path a deployed kind's replicas may read; one on Serve gets the dataset's tasks on the task
+        board instead (its replicas may run on machines that have no such file), and no path."""
+        kind = app_for(self.serve)
+        if not (self.dataset and kind.reads_dataset and kind.deploys):
+            return self.dataset
+        from rollout.data.dataset import load_tasks
+
+        kind.post_tasks(self.serve, load_tasks(self.dataset, allow_outside_paths=True))
+        self._posted = True
+        return None
 
     async def start_in_driver(self) -> str | None:
         """The ``fake_server`` section's scripted policy served on this process's event loop (the scripted app

@@ -130,6 +130,8 @@ def test_no_module_is_over_250_lines():
     ("envs/runtimes/apptainer", ("envs.runtimes.docker",)),
     ("cluster/session", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.serving", "cluster.workers")),
     ("cluster/workers", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.assembly")),
+    ("cluster/transfer", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.assembly", "cluster.workers",
+                          "cluster.serving", "cluster.backends")),
 ])
 def test_subfolders_import_one_way(folder, forbidden):
     """Inside a package the parts point one way too: a lower part never imports one that builds on it (the

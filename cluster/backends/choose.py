@@ -44,7 +44,7 @@ def rollout_resources(config: RunConfig, composer: Composer) -> Any:
         if config.farm.memory_per_rollout is None:
             memory = max(memory or 0, parse_memory(runtime.memory) or 0) or None
     return Resources(cpus=cpus, memory_bytes=memory, max_per_node=config.farm.max_per_node,
-                     workers_per_node=config.farm.workers_per_node)
+                     workers_per_node=config.farm.workers_per_node, node_resources=dict(config.farm.node_resources))
 
 
 def ray_available() -> None:
@@ -58,7 +58,7 @@ def ray_available() -> None:
 async def start_backend(kind: str | None, source: Any, *, run_id: str, concurrency: int, resources: Any = None,
                         deadline: float | None = None, run_dir: str | None = None, engines: Sequence[str] = (),
                         name: str = "rollout-worker", worker: bool = False, announce: bool = False,
-                        out: TextIO = sys.stderr) -> tuple[Any, Callable[[], Awaitable[None]]]:
+                        images: Any = None, out: TextIO = sys.stderr) -> tuple[Any, Callable[[], Awaitable[None]]]:
     """The one place a backend starts (``cluster.assembly`` calls it): ``(backend, how to close it)``.
 
     ``local``: rollouts as asyncio tasks in this process, over ``source``'s composer and one model
@@ -86,7 +86,8 @@ async def start_backend(kind: str | None, source: Any, *, run_id: str, concurren
     from cluster.workers.slots import Resources
 
     backend = RayBackend(source, run_id=run_id, resources=resources or Resources(), concurrency=concurrency,
-                         deadline=deadline, run_dir=run_dir, engines=tuple(engines), name=name, out=out)
+                         deadline=deadline, run_dir=run_dir, engines=tuple(engines), name=name, images=images,
+                         out=out)
     await backend.start()
     if announce:
         limit = f"{deadline:g}s" if deadline else "none"
@@ -99,7 +100,8 @@ def run_settings(config: RunConfig, composer: Composer, *, run_id: str, run_dir:
     farm = config.farm
     return dict(run_id=run_id, run_dir=run_dir, resources=rollout_resources(config, composer),
                 concurrency=config.run.concurrency, engines=sorted(composer.container_engines()),
-                deadline=farm.deadline if farm.deadline is not None else default_deadline(composer), announce=True)
+                deadline=farm.deadline if farm.deadline is not None else default_deadline(composer), announce=True,
+                images=config.images)
 
 
 def farm_settings(config: RunConfig, composer: Composer) -> dict[str, Any]:
@@ -109,5 +111,5 @@ def farm_settings(config: RunConfig, composer: Composer) -> dict[str, Any]:
         resources=rollout_resources(config, composer), concurrency=config.run.concurrency,
         max_attempts=config.run.max_attempts, seed=config.run.seed,
         deadline_per_attempt=config.farm.deadline or default_deadline(composer),
-        engines=sorted(composer.container_engines()), name=config.run_id or "farm",
+        engines=sorted(composer.container_engines()), name=config.run_id or "farm", images=config.images,
     )

@@ -1,5 +1,7 @@
 """``rollout images base`` and ``rollout images build DATASET``: build the images rollouts run in, offline.
-``rollout images prune --budget 20G``: remove the least recently used per-instance images beyond a disk budget.
+``--registry HOST:PORT/prefix`` (or ``ROLLOUT_REGISTRY``): push what was built (and found) there, so every node of a
+farm pulls it (``images.registry``). ``rollout images prune --budget 20G``: remove the least recently used
+per-instance images beyond a disk budget.
 
 Exit codes: 0 done; 1 an image could not be built (each failure named) or docker failed; 2 bad arguments or dataset.
 """
@@ -7,9 +9,13 @@ Exit codes: 0 done; 1 an image could not be built (each failure named) or docker
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from rollout.errors import ConfigError
+
+REGISTRY_HELP = ("HOST:PORT/prefix to push the images to, for the nodes of a farm "
+                 "(default $ROLLOUT_REGISTRY); credentials: ROLLOUT_REGISTRY_USERNAME/PASSWORD or docker login")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     base.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror to bootstrap from")
     base.add_argument("--suite", default="bookworm", help="Debian suite")
     base.add_argument("--workdir", default=None, help="where the temporary rootfs goes (default: the temp dir)")
+    base.add_argument("--registry", default=os.environ.get("ROLLOUT_REGISTRY"), help=REGISTRY_HELP)
 
     build = sub.add_parser("build", help="an image per dataset row with repo_path: the repo at base_commit in /testbed")
     build.add_argument("dataset", help="JSONL or JSON dataset; repo_path is relative to this file")
@@ -34,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--network", action="store_true", help="let install_cmd reach the network during the build")
     build.add_argument("--allow-outside-paths", action="store_true", help="let repo_path be absolute or lead out of "
                        "the dataset's directory (refused by default: a dataset must not reach any host path)")
+    build.add_argument("--registry", default=os.environ.get("ROLLOUT_REGISTRY"), help=REGISTRY_HELP)
 
     prune = sub.add_parser("prune", help="remove the least recently used per-instance images beyond a disk budget "
                            "(never the base image, nor one a container uses)")
@@ -45,8 +53,31 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_base(args: argparse.Namespace) -> int:
     from envs.images.base_image import build_base_image
 
+    registry = _registry(args.registry)
     build_base_image(args.tag, mirror=args.mirror, suite=args.suite, force=args.force, workdir=args.workdir)
+    if registry is not None:
+        _push(registry, [args.tag])
     return 0
+
+
+def _registry(prefix: str | None) -> object:
+    """The registry to push to, checked (address and credentials) before anything is built; None without one."""
+    if not prefix:
+        return None
+    from envs.images.registry import RegistrySource, check_registry, registry_problem
+
+    if registry_problem(prefix):
+        raise ConfigError(registry_problem(prefix), "--registry")
+    check_registry(prefix, field="--registry")
+    return RegistrySource(prefix)
+
+
+def _push(registry: object, images: list[str]) -> None:
+    from envs.images.base_image import docker_client
+
+    client = docker_client()
+    for image in images:
+        registry.push(image, client)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -59,7 +90,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     from envs.swe.env import check_grading_fields
 
     # a bad dataset is exit 2, before a minute goes into the base image
-    load_tasks(args.dataset, check_grading_fields, allow_outside_paths=args.allow_outside_paths)
+    tasks = load_tasks(args.dataset, check_grading_fields, allow_outside_paths=args.allow_outside_paths)
+    registry = _registry(args.registry)
     ensure_image(args.base)
     report = build_instance_images(args.dataset, base=args.base, parallelism=args.parallel, force=args.force,
                                    network=args.network, allow_outside_paths=args.allow_outside_paths)
@@ -67,6 +99,11 @@ def cmd_build(args: argparse.Namespace) -> int:
           + (f"; {len(report.ignored)} rows name their own image or have no repo_path" if report.ignored else ""))
     for ident, error in report.failed:
         print(f"failed: {ident}: {error}", file=sys.stderr)
+    if registry is not None:
+        from envs.images.image_names import image_for
+
+        done = set(report.built) | set(report.skipped)
+        _push(registry, [args.base] + [image_for(t, args.base) for t in tasks if t.task_id in done])
     return 1 if report.failed else 0
 
 

@@ -37,7 +37,7 @@ class RolloutFarm(FarmControls):
                  group_policy: GroupPolicy | dict | None = None, token_budget: int | None = None,
                  engines: Sequence[str] = (), name: str = "farm", out: TextIO = sys.stderr,
                  controls: Any = None, serve: Any = None, model: dict | None = None, fake_server: Any = None,
-                 remote: bool = False):
+                 remote: bool = False, images: Any = None):
         if backend not in ("ray", "local"):
             raise ConfigError(f"must be 'ray' or 'local', got {backend!r}", "farm.backend")
         self.source, self.backend_kind = source, backend
@@ -48,6 +48,7 @@ class RolloutFarm(FarmControls):
                              else GroupPolicy(**(group_policy or {})))
         self.token_budget, self.tokens_used = token_budget, 0
         self.engines, self.name, self.out = tuple(engines), name, out
+        self.images = images
         from cluster.assembly import FarmAssembly
 
         # the cluster session, the model it serves (a ``serve`` section deployed, or a ``fake_server`` section in
@@ -99,7 +100,8 @@ class RolloutFarm(FarmControls):
             self.source.base_url = base_url
         self._backend = self._run(self._assembly.start_backend(
             self.source, worker=True, run_id=self.name, resources=self.resources, concurrency=self.concurrency,
-            deadline=self.deadline_per_attempt, engines=self.engines, name=f"rollout-worker:{self.name}"))
+            deadline=self.deadline_per_attempt, engines=self.engines, name=f"rollout-worker:{self.name}",
+            images=self.images))
         return self
 
     def generate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,

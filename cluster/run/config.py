@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from cluster.gym.config import GymSection
 from cluster.serving.config import ServeSection
+from cluster.transfer.setup import ImagesSection
 from rollout.config.load import StrictModel
 from rollout.config.retype import LoadedConfig, apply_retypes
 from rollout.data.paths import name_problem
@@ -96,6 +97,10 @@ class FarmConfig(StrictModel):
     verifier's ``eval_timeout`` plus 300 s, or none when the agent has no time limit."""
     dashboard: bool = False
     """Start the Ray dashboard with the embedded cluster."""
+    node_resources: dict[str, float] = Field(default_factory=dict)
+    """Ray custom resources a node must offer to host rollout workers, e.g. ``{sandbox: 1}`` on a cluster whose
+    model nodes run no sandboxes (a node without them, the head included, gets no worker). Default: every node
+    with CPUs."""
 
 
 class Profile(StrictModel):
@@ -131,6 +136,8 @@ class RunConfig(StrictModel):
     fake_server: ScriptedServerSection | None = None
     gym: GymSection | None = None
     """The NeMo-Gym-compatible agent server (``rollout gym serve``): address, episode limits."""
+    images: ImagesSection = Field(default_factory=ImagesSection)
+    """How images reach the nodes: a registry, and/or the driver machine's daemon through the object store."""
     serve: ServeSection | None = None
     """The model on Ray Serve for this run (``cluster.serving``): deployed when the run starts, its URL given to
     the model client, deleted when the run ends."""

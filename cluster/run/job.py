@@ -167,6 +167,7 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                         wall_seconds=wall, ran=len(finished), startup=job.clock.split(first_model_call(finished)))
     summary["run_id"] = job.run_id
     summary["run_dir"] = str(job.run_dir)
+    summary["nodes_lost"] = getattr(assembly.backend, "lost_nodes", list)()
     swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw))
     if swe is not None:
         summary["swe"] = {k: swe[k] for k in ("total_instances", "submitted_instances", "completed_instances",

@@ -28,7 +28,16 @@ def check(config: RunConfig, composer: Composer, tasks: list[Task]) -> None:
     check_fake_server(config)
     check_runtime_permissions(composer, tasks)
     check_cluster(config)
+    check_registry(config)
     check_model_reachable(config, composer)
+
+
+def check_registry(config: RunConfig) -> None:
+    """``images.registry`` answers and takes this machine's credentials: a wrong one is one error, before work."""
+    if config.images.registry and config.farm.backend == "ray":
+        from envs.images.registry import check_registry as check
+
+        check(config.images.registry)
 
 
 def check_fake_server(config: RunConfig) -> None:

@@ -39,7 +39,7 @@ class NodeMembership:
 
     async def _refresh_nodes(self) -> None:
         listed = await asyncio.to_thread(ray.nodes)
-        alive = {n["NodeID"]: n for n in listed if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0}
+        alive = {n["NodeID"]: n for n in listed if n.get("Alive") and self.resources.hosts(n.get("Resources", {}))}
         for node_id, info in alive.items():
             if (node_id, 0) not in self.nodes:
                 capacity = self.resources.capacity(info["Resources"], self.concurrency)
@@ -62,7 +62,8 @@ class NodeMembership:
 
         async def start() -> None:
             actor = spawn_worker(self.source_ref, node.node_id, f"{self.name}:{self.run_id}:{node.node_id[:8]}:"
-                                 f"{node.index}:{generation}", run_dir=self.run_dir, run_id=self.run_id)
+                                 f"{node.index}:{generation}", run_dir=self.run_dir, run_id=self.run_id,
+                                 transfer=self.transfer)
             try:
                 info = await within(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides

@@ -20,6 +20,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from cluster.backends.seam import Backend
+from cluster.transfer.setup import open_transfer
 from cluster.workers.channel import WorkerGone, retrieve
 from cluster.workers.membership import NodeMembership
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
@@ -39,8 +40,12 @@ class RayBackend(NodeMembership, Backend):
 
     def __init__(self, source: Any, *, run_id: str, resources: Resources, concurrency: int,
                  deadline: float | None = None, run_dir: str | None = None, engines: tuple[str, ...] = ("docker",),
-                 name: str = "rollout-worker", out: TextIO = sys.stderr):
+                 name: str = "rollout-worker", images: Any = None, out: TextIO = sys.stderr):
         self.source, self.source_ref = source, ray.put(source)
+        self.images = images
+        """The run's ``images`` section (``cluster.transfer.setup.ImagesSection``), or None for its defaults."""
+        self.transfer: Any = None
+        self.files: Any = None
         self.run_id, self.resources, self.concurrency = run_id, resources, concurrency
         self.deadline, self.run_dir, self.engines, self.name, self.out = deadline, run_dir, engines, name, out
         self.nodes: dict[tuple[str, int], Node] = {}
@@ -59,9 +64,12 @@ class RayBackend(NodeMembership, Backend):
 
     async def start(self) -> "RayBackend":
         self._changed = asyncio.Condition()
+        self.transfer, self.files = await asyncio.to_thread(open_transfer, self.images)
         await self._refresh_nodes()
         if not self.nodes:
-            raise RuntimeError("the Ray cluster has no alive node with CPUs to run rollouts on")
+            asked = self.resources.node_resources
+            raise RuntimeError("the Ray cluster has no alive node with CPUs" + (f" and {asked}" if asked else "") +
+                               " to run rollouts on")
         await asyncio.gather(*(n.starting for n in self.nodes.values() if n.starting is not None),
                              return_exceptions=True)
         self._refresher = asyncio.create_task(self._refresh_loop())
@@ -83,10 +91,16 @@ class RayBackend(NodeMembership, Backend):
         await asyncio.gather(*(n.channel.close() for n in nodes if n.channel is not None))
         await asyncio.gather(*(stop(n) for n in nodes))
         await self.metrics.aclose()
+        if self.transfer is not None:
+            ray.kill(self.transfer.depot, no_restart=True)  # what it kept in the object store goes with it
         await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
 
     def describe(self) -> str:
         return describe_nodes(self.nodes.values())
+
+    def lost_nodes(self) -> list[str]:
+        """The ids of the nodes that left the cluster during the run."""
+        return sorted({n.node_id for n in self.nodes.values() if not n.alive})
 
     def workers(self) -> list[Any]:
         """Handles of the live worker actors."""
@@ -112,6 +126,7 @@ class RayBackend(NodeMembership, Backend):
         await self.broadcast("set_base_url", base_url)
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
+        task = await self.files.carry(task)  # the files it names travel with it, not by path
         node = await self._acquire()
         channel, seq = node.channel, next(self._seq)
         future = channel.send(seq, task, meta)

@@ -22,6 +22,13 @@ class Resources:
     max_per_node: int | None = None
     workers_per_node: int | None = None
     """Worker processes per node; None: one per ``SLOTS_PER_WORKER`` slots, up to the node's CPUs."""
+    node_resources: dict[str, float] = field(default_factory=dict)
+    """The Ray resources a node must offer to host rollout workers (``farm.node_resources``, e.g. ``{sandbox: 1}``)."""
+
+    def hosts(self, node_resources: dict[str, float]) -> bool:
+        """Whether a node offering ``node_resources`` gets rollout workers: it has CPUs and every resource asked."""
+        return node_resources.get("CPU", 0) > 0 and all(node_resources.get(name, 0) >= amount
+                                                        for name, amount in self.node_resources.items())
 
     def capacity(self, node_resources: dict[str, float], ceiling: int) -> int:
         limits = [ceiling]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for, is_instance_tag
+from envs.images.sources import fetch_image
 from envs.runtimes.output import decode
 from rollout.errors import ContainerStartError
 
@@ -155,11 +156,18 @@ def _remove_rootfs(rootfs: str, log: Callable[[str], Any]) -> None:
 def ensure_image(image: str, client: Any = None, log: Callable[[str], Any] = print) -> None:
     """Return when ``image`` is present: found, built (the default base) or pulled; else an ImageError
     saying how to get it."""
-    import docker
-
     client = client or docker_client()
     if image_present(client, image):
         return
+    with _image_lock(image):  # one fetch, build or pull per image however many rollouts wait for it
+        if image_present(client, image) or fetch_image(image, client) is not None:
+            return
+        _build_or_pull(image, client, log)
+
+
+def _build_or_pull(image: str, client: Any, log: Callable[[str], Any]) -> None:
+    import docker
+
     if image == DEFAULT_BASE_IMAGE:
         try:
             build_base_image(image, log=log)
@@ -176,6 +184,15 @@ def ensure_image(image: str, client: Any = None, log: Callable[[str], Any] = pri
         reason = getattr(exc, "explanation", None) or exc
         raise ImageError(f"image {image} is missing and could not be pulled ({reason}): give the rows a repo_path "
                          "and run `rollout images build DATASET`, or `docker load` the image") from None
+
+
+_image_locks: dict[str, threading.Lock] = {}
+_image_locks_guard = threading.Lock()
+
+
+def _image_lock(image: str) -> threading.Lock:
+    with _image_locks_guard:
+        return _image_locks.setdefault(image, threading.Lock())
 
 
 def last_lines(text: str, lines: int = 20) -> str:

@@ -16,7 +16,9 @@ from typing import Any, Callable
 from envs.images.base_image import ImageError, docker_client, ensure_image, image_present, last_lines
 from envs.images.image_gc import LABEL, prune_instance_images, recently_used, record_use
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
+from envs.images.sources import fetch_image
 from envs.runtimes.output import decode
+from rollout.data.carried import local_path
 from rollout.data.dataset import load_tasks
 from rollout.errors import ConfigError
 from rollout.records import Task
@@ -85,7 +87,7 @@ def _build_one(task: Task, root: Path, base: str, force: bool, network: bool) ->
     client = docker_client()  # one client per thread: the SDK's HTTP session is not meant to be shared
     if not force and image_present(client, tag):
         return "skipped", 0.0
-    source = (root / str(task.data["repo_path"])).resolve()
+    source = (root / local_path(str(task.data["repo_path"]))).resolve()  # a carried file fetched to this node
     commit = str(task.data.get("base_commit") or "")
     if not source.exists():
         raise ImageError(f"repo_path {source} does not exist")
@@ -205,7 +207,8 @@ def ensure_instance_image(task: Task, base: str = DEFAULT_BASE_IMAGE, network: b
     built = False
     with lock:
         client = docker_client()
-        if not image_present(client, tag):
+        # a registry's layers first (the node may hold the base already); then a build here from the repository
+        if not image_present(client, tag) and fetch_image(tag, client, layered_only=True) is None:
             if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
                 if not image_present(client, base):
                     ensure_image(base, client)

@@ -12,6 +12,7 @@ import tempfile
 from typing import Any
 
 from envs.runtimes.output import decode
+from rollout.data.carried import local_path, parse_ref
 from rollout.errors import ContainerStartError
 from rollout.protocols import ExecResult, Runtime
 
@@ -56,6 +57,8 @@ class PreparedRepoRuntime:
         await self.inner.start()
         if self.prepared:
             return
+        if parse_ref(self.repo_path) is not None:  # a file carried from the machine that loaded the dataset
+            self.repo_path = await asyncio.to_thread(local_path, self.repo_path)
         if not os.path.exists(self.repo_path):
             raise ContainerStartError(f"repo_path {self.repo_path} does not exist", retryable=False)
         if not self.base_commit:
@@ -63,7 +66,7 @@ class PreparedRepoRuntime:
         source, scratch = self.repo_path, None
         if self._copies_in():
             scratch = f"/tmp/rollout-src-{secrets.token_hex(6)}.bundle"
-            await self.inner.write_file(scratch, await asyncio.to_thread(_bundle_bytes, self.repo_path))
+            await self.inner.write_file(scratch, await asyncio.to_thread(bundle_bytes, self.repo_path))
             source = scratch
         done = await self.inner.exec(_prepare_script(source, self.repo_dir, self.base_commit, scratch),
                                      timeout=self.timeout)
@@ -121,7 +124,7 @@ def _prepare_script(source: str, dest: str, commit: str, scratch: str | None) ->
     return "\n".join(lines) + "\n"
 
 
-def _bundle_bytes(repo_path: str) -> bytes:
+def bundle_bytes(repo_path: str) -> bytes:
     """A bundle file as is; a repository directory bundled (every ref) into a temporary file first."""
     if os.path.isfile(repo_path):
         with open(repo_path, "rb") as f:

@@ -84,6 +84,7 @@ def summarize(
             "by_error_type": count_by(r.error.type if r.error else "unknown" for r in failed),
             "first_message_by_error_type": _first_messages(failed),
         },
+        "retried": _retried(latest),
         "steps_mean": _mean([_num_steps(r) for r in completed]),
         "tokens": {
             "prompt": prompt_tokens,
@@ -113,6 +114,14 @@ def format_table(summary: dict[str, Any]) -> str:
     rows.append(("infra failures", _pairs(infra["by_exit_reason"]) + _types(infra["by_error_type"])))
     for kind, message in (infra.get("first_message_by_error_type") or {}).items():
         rows.append(("", f"{kind}: {_one_line(message)}"))
+    retried = summary.get("retried") or {}
+    if retried.get("attempts"):
+        rows.append(("retried", f"{retried['attempts']} attempts ({_pairs(retried['by_exit_reason'])}), "
+                                f"{retried['seconds']:.1f}s of work ran again"))
+    for node in summary.get("nodes_lost") or []:
+        cost = (retried.get("by_node") or {}).get(node, {})
+        rows.append(("node lost", f"{node[:8]}: {cost.get('attempts', 0)} attempts ran again elsewhere "
+                                  f"({cost.get('seconds', 0.0):.1f}s of work)"))
     rows.append(("steps mean", _num(summary["steps_mean"], 1)))
     rows.append(("tokens", f"{summary['tokens']['total']}"))
     if summary.get("rollouts_per_second"):
@@ -132,6 +141,20 @@ def format_startup(startup: dict[str, Any]) -> str:
     together = startup.get("side_by_side") or []
     return (f"{startup['seconds']:.1f}s to the first model call" + (f": {parts}" if parts else "")
             + (f" (side by side: {', '.join(together)})" if together else ""))
+
+
+def _retried(latest: list[RolloutResult]) -> dict[str, Any]:
+    """The attempts that ran again (every earlier attempt of a final result): how many, why, the seconds they had
+    run, and per node (``{node_id: {"attempts", "seconds"}}``): what a lost machine cost."""
+    earlier = [a for r in latest for a in r.attempts[:-1] if a.attempt < r.attempt]
+    by_node: dict[str, dict[str, float]] = {}
+    for a in earlier:
+        if a.node_id:
+            cost = by_node.setdefault(a.node_id, {"attempts": 0, "seconds": 0.0})
+            cost["attempts"] += 1
+            cost["seconds"] = round(cost["seconds"] + (a.seconds or 0.0), 3)
+    return {"attempts": len(earlier), "seconds": round(sum(a.seconds or 0.0 for a in earlier), 3),
+            "by_exit_reason": count_by(a.exit_reason.value for a in earlier), "by_node": by_node}
 
 
 def _num_steps(r: RolloutResult) -> int:

@@ -36,6 +36,8 @@ class Machine:
         self.bridge = f"rfm{os.getpid() % 1000}n{index}"
         self.subnet = f"10.{200 + index}.{os.getpid() % 250}.1/24"
         self.socket = root / "docker.sock"
+        self.cgroup = f"rollout-farm-{name}"
+        """The daemon's cgroup parent: its containers' processes are in no mount namespace of the machine's."""
         self.process: subprocess.Popen | None = None
         self.namespace: str | None = None
 
@@ -55,7 +57,8 @@ class Machine:
         return f"""set -e
 {masks}
 dockerd --data-root {data} --exec-root {run} --pidfile {self.root}/docker.pid -H {self.docker_host} \\
-    --bridge={self.bridge} --iptables=false --ip-masq=false > {self.root}/dockerd.log 2>&1 &
+    --bridge={self.bridge} --iptables=false --ip-masq=false --cgroup-parent=/{self.cgroup} \
+    > {self.root}/dockerd.log 2>&1 &
 for _ in $(seq 1 60); do docker info > /dev/null 2>&1 && break; sleep 0.5; done
 exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={resources} \\
     --block > {self.root}/ray.log 2>&1
@@ -88,6 +91,12 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
 
         return any(n.get("Alive") and n.get("Resources", {}).get(self.name) for n in ray.nodes())
 
+    def node_id(self) -> str | None:
+        import ray
+
+        return next((n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(self.name)),
+                    None)
+
     def gone(self, timeout: float = 90) -> bool:
         """Wait until Ray has marked this machine's node dead (its health checks failed); whether it did."""
         deadline = time.monotonic() + timeout
@@ -109,10 +118,21 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
         return [int(p.name) for p in Path("/proc").iterdir()
                 if p.name.isdigit() and mount_namespace(p.name) == self.namespace]
 
+    def container_pids(self) -> list[int]:
+        """The processes of the daemon's containers (every controller's view of its cgroup parent)."""
+        found: set[int] = set()
+        for procs in Path("/sys/fs/cgroup").glob(f"*/{self.cgroup}/**/cgroup.procs"):
+            try:
+                found.update(int(line) for line in procs.read_text().split())
+            except OSError:
+                pass
+        return sorted(found)
+
     def kill(self) -> None:
-        """The machine dies: every process in its namespace is killed at once (its raylet, workers, daemon)."""
+        """The machine dies: every process in its namespace is killed at once (its raylet, workers, daemon), and the
+        processes of its containers with them."""
         for _ in range(3):
-            pids = self.pids()
+            pids = self.pids() + self.container_pids()
             if not pids:
                 break
             for pid in pids:
@@ -130,4 +150,9 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
         self.kill()
         self.gone()
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        for group in sorted(Path("/sys/fs/cgroup").glob(f"*/{self.cgroup}/**/"), key=lambda p: -len(p.parts)):
+            try:
+                group.rmdir()
+            except OSError:
+                pass
         shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,68 @@
+"""What a node's worker installs so files and images reach it (``NodeTransfer``), and the run's ``images`` section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import field_validator
+
+from rollout.config.load import StrictModel
+
+
+class ImagesSection(StrictModel):
+    """``images:`` — how images reach the nodes of a farm across machines."""
+
+    registry: str | None = None
+    """``HOST:PORT/prefix``: ``rollout images build --registry`` pushes there and nodes pull what they lack.
+    Credentials: ``ROLLOUT_REGISTRY_USERNAME`` / ``ROLLOUT_REGISTRY_PASSWORD``, or each machine's docker login."""
+    through_ray: bool = True
+    """Without the image in the registry (or with none): load it from the driver machine's daemon through the
+    object store (``docker save`` once, ``docker load`` on each node that lacks it)."""
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        from envs.images.registry import registry_problem
+
+        if value is not None and registry_problem(value):
+            raise ValueError(registry_problem(value))
+        return value
+
+
+@dataclass
+class NodeTransfer:
+    """Handed to every worker (it pickles: an actor handle and names): installed in the worker's process."""
+
+    depot: Any = None
+    registry: str | None = None
+    through_ray: bool = True
+
+    def install(self) -> None:
+        from envs.images import sources
+        from rollout.data.carried import set_fetcher
+
+        chosen: list[Any] = []
+        if self.registry:
+            from envs.images.registry import RegistrySource
+
+            chosen.append(RegistrySource(self.registry))
+        if self.depot is not None:
+            from cluster.transfer.files import NodeFiles
+
+            set_fetcher(NodeFiles(self.depot))
+            if self.through_ray:
+                from cluster.transfer.images import DepotImages
+
+                chosen.append(DepotImages(self.depot))
+        sources.install(*chosen)
+
+
+def open_transfer(images: ImagesSection | None) -> tuple[NodeTransfer, Any]:
+    """A run's depot started on this node: ``(what each worker installs, the driver's file carrier)``."""
+    from cluster.transfer.depot import start_depot
+    from cluster.transfer.files import FileCarrier
+
+    section = images or ImagesSection()
+    depot = start_depot()
+    return NodeTransfer(depot, section.registry, section.through_ray), FileCarrier(depot)

@@ -1,0 +1,133 @@
+"""Two separate machines beside the session's head (``machines.Machine``), and a run of a config on them from a
+driver on the head: what a user with a head and two sandbox nodes would type."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from machines import Machine
+
+PROJECT = Path(__file__).resolve().parents[3]
+SANDBOX = {"sandbox": 1.0}
+
+
+def need_machines() -> None:
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("dockerd"):
+        why = "separate machines need root, unshare and dockerd"
+        pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
+
+
+@pytest.fixture
+def head_files(tmp_path_factory) -> Path:
+    """A directory only the head has (masked on every machine): datasets and run directories go here."""
+    return tmp_path_factory.mktemp("head-only")
+
+
+@pytest.fixture
+def two_machines(ray_cluster, head_files, base_image):
+    """Two sandbox nodes of one CPU each, each with an empty image store, the head's files masked."""
+    need_machines()
+    address = ray_cluster.get_runtime_context().gcs_address
+    started = []
+    try:
+        for index in (1, 2):
+            name = f"machine_{uuid.uuid4().hex[:6]}"
+            root = Path("/tmp") / f"rollout-farm-{name}"
+            started.append(Machine(name, index, address, root, num_cpus=1, resources=SANDBOX,
+                                   masked=[str(head_files), str(PROJECT / "runs")]).start())
+        yield started
+    finally:
+        for machine in started:
+            machine.stop()
+
+
+def run_on_cluster(address: str, head_files: Path, *extra: str, timeout: float = 900,
+                   env: dict[str, str] | None = None, until: object = None) -> subprocess.Popen:
+    """``python -m cluster run configs/swe_demo.yaml`` from a driver on the head, joined to ``address``, with
+    workers on sandbox nodes only and the dataset and run directory where only the head sees them."""
+    dataset = head_files / "datasets" / "swe_mini.jsonl"
+    command = [sys.executable, "-m", "cluster", "run", str(PROJECT / "configs" / "swe_demo.yaml"),
+               f"farm.address={address}", "farm.node_resources={sandbox: 1}", f"dataset.path={dataset}",
+               f"output.dir={head_files / 'run'}", "run.progress_interval=5", *extra]
+    environment = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(PROJECT), **(env or {})}
+    environment.pop("RAY_ADDRESS", None)
+    return subprocess.Popen(command, cwd=head_files, env=environment, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def results(head_files: Path) -> list[dict]:
+    path = head_files / "run" / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Registry:
+    """Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1, its storage in a directory of its own;
+    ``users``: ``{name: password}`` for basic auth (an htpasswd file of bcrypt hashes)."""
+
+    def __init__(self, root: Path, users: dict[str, str] | None = None):
+        self.root, self.port = root, free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        auth = ""
+        if users:
+            import bcrypt
+
+            (root / "htpasswd").write_text("".join(
+                f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n"
+                for user, password in users.items()))
+            auth = f"auth:\n  htpasswd:\n    realm: rollout-farm\n    path: {root / 'htpasswd'}\n"
+        (root / "config.yml").write_text(
+            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: {self.address}\n{auth}")
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "Registry":
+        import time
+        import urllib.error
+        import urllib.request
+
+        log = open(self.root / "registry.log", "w")
+        self.process = subprocess.Popen(["docker-registry", "serve", str(self.root / "config.yml")], stdout=log,
+                                        stderr=subprocess.STDOUT)
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2)
+                return self
+            except urllib.error.HTTPError:
+                return self  # 401: up, and asking for credentials
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(f"the registry did not answer: {(self.root / 'registry.log').read_text()[-1000:]}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_registry(root: Path, users: dict[str, str] | None = None) -> Registry:
+    if not shutil.which("docker-registry"):
+        why = "the registry tests need Debian's docker-registry package"
+        pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
+    return Registry(root, users).start()
+
+
+@pytest.fixture
+def registry(tmp_path):
+    running = start_registry(tmp_path)
+    yield running
+    running.stop()

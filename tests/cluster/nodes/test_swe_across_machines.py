@@ -1,0 +1,138 @@
+"""The SWE demo on a head and two separate machines (their own docker daemons with empty image stores, the head's
+files masked): every image and file a rollout needs reaches its node with no hand step, and a machine that dies
+mid-run costs nothing but time."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import pytest
+from conftest import results, run_on_cluster
+
+pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
+
+LABEL = "rollout-farm.run"
+
+
+def finished(process, timeout: float = 900) -> str:
+    out, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, out[-4000:]
+    return out
+
+
+def assert_whole(head_files, expected: int = 12) -> list[dict]:
+    """Every rollout finished once: one completed attempt per task (0 lost, 0 duplicated). ``results.jsonl`` logs
+    every attempt; an earlier one may only be an infrastructure failure, never a task outcome. The final rows."""
+    rows = results(head_files)
+    done = collections.Counter(r["rollout_id"] for r in rows if r["status"] == "completed")
+    assert len(done) == expected and set(done.values()) == {1}, done
+    earlier = [r for r in rows if r["status"] != "completed"]
+    assert all(r["status"] == "infra_failed" and r["error"]["retryable"] for r in earlier), earlier
+    assert all(max(f["attempt"] for f in rows if f["rollout_id"] == r["rollout_id"]) == r["attempt"]
+               for r in rows if r["status"] == "completed")  # nothing ran after its completed attempt
+    return [r for r in rows if r["status"] == "completed"]
+
+
+def labelled(machine) -> list[str]:
+    done = machine.docker("ps", "-aq", "--filter", f"label={LABEL}")
+    return done.stdout.split()
+
+
+def test_the_demo_resolves_on_fresh_machines_with_images_through_the_object_store(ray_cluster, two_machines,
+                                                                                    head_files):
+    address = ray_cluster.get_runtime_context().gcs_address
+    out = finished(run_on_cluster(address, head_files))
+    assert "resolved 12" in out or "resolved rate   1.000" in out, out[-3000:]
+    rows = assert_whole(head_files)
+    assert all(r["reward"] == 1.0 for r in rows), [(r["task_id"], r.get("exit_reason")) for r in rows]
+    nodes = {r["node_id"] for r in rows}
+    machine_nodes = {m.node_id() for m in two_machines}
+    assert nodes <= machine_nodes and len(nodes) == 2, (nodes, machine_nodes)  # the head ran none
+    for machine in two_machines:
+        images = machine.docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+        assert "rollout-farm/base:bookworm" in images  # loaded, not pre-loaded
+        assert labelled(machine) == []
+
+
+def image_id(docker, image: str) -> str:
+    return docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+
+
+def head_docker(*args: str):
+    import subprocess
+
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_demo_resolves_on_fresh_machines_with_images_from_a_registry(ray_cluster, two_machines, head_files,
+                                                                         registry):
+    import subprocess
+    import sys
+
+    from conftest import PROJECT
+
+    dataset = head_files / "datasets"
+    subprocess.run([sys.executable, "-m", "envs.swe.mini", str(dataset)], check=True, cwd=PROJECT,
+                   capture_output=True)
+    prefix = f"{registry.address}/farm"
+    pushed = subprocess.run([sys.executable, "-m", "cluster", "images", "build", str(dataset / "swe_mini.jsonl"),
+                             "--registry", prefix], cwd=PROJECT, capture_output=True, text=True, timeout=900)
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    assert pushed.stdout.count(f"to {prefix}") == 13  # the base image and 12 instance images
+    address = ray_cluster.get_runtime_context().gcs_address
+    finished(run_on_cluster(address, head_files, f"images.registry={prefix}", "images.through_ray=false"))
+    rows = assert_whole(head_files)
+    assert all(r["reward"] == 1.0 for r in rows)
+    for machine in two_machines:
+        ran = {r["task_id"] for r in rows if r["node_id"] == machine.node_id()}
+        assert ran, "each machine ran rollouts"
+        tags = machine.docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+        instance = next(t for t in tags if t.startswith("rollout-farm/instance:"))
+        # pulled, not built here: the very image the head built (a local build would have another id)
+        assert image_id(machine.docker, instance) == image_id(head_docker, instance)
+        assert not any(t.startswith(registry.address) for t in tags)  # kept under the image's own name
+        assert labelled(machine) == []
+
+
+def test_a_wrong_registry_credential_is_one_error_before_work_starts(ray_cluster, head_files, tmp_path):
+    from conftest import start_registry
+
+    guarded = start_registry(tmp_path, users={"farm": "right-password"})
+    try:
+        address = ray_cluster.get_runtime_context().gcs_address
+        secret = "wrong-password-7d1f"
+        run = run_on_cluster(address, head_files, f"images.registry={guarded.address}/farm",
+                             env={"ROLLOUT_REGISTRY_USERNAME": "farm", "ROLLOUT_REGISTRY_PASSWORD": secret})
+        out, _ = run.communicate(timeout=300)
+    finally:
+        guarded.stop()
+    assert run.returncode == 2, out[-3000:]
+    assert "images.registry" in out and "refused the credentials" in out
+    assert secret not in out
+    assert not (head_files / "run" / "results.jsonl").exists() or results(head_files) == []
+
+
+def test_a_machine_that_dies_mid_run_loses_nothing(ray_cluster, two_machines, head_files):
+    import time
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    run = run_on_cluster(address, head_files, "run.max_attempts=3")
+    survivor, victim = two_machines
+    path = head_files / "run" / "results.jsonl"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and run.poll() is None:
+        if path.exists() and len(path.read_text().splitlines()) >= 6:  # about half way
+            break
+        time.sleep(0.5)
+    assert run.poll() is None, "the run ended before the machine could be killed"
+    lost = victim.node_id()
+    victim.kill()
+    assert victim.container_pids() == []  # its containers went with it
+    out = finished(run)
+    rows = assert_whole(head_files)  # 0 lost, 0 duplicated: every task once, completed
+    assert all(r["reward"] == 1.0 for r in rows)
+    assert f"node {lost[:8]} left the cluster" in out, out[-3000:]
+    assert re.search(rf"node lost\s+{lost[:8]}: [1-9]\d* attempts ran again elsewhere", out), out[-3000:]
+    assert any(r["node_id"] == survivor.node_id() for r in rows)
+    assert labelled(survivor) == []
