@@ -117,6 +117,19 @@ class Composer:
                 engines.add(cfg.engine or ("podman" if cfg.type == "podman" else "docker"))
         return engines
 
+    def image_of(self, task: Task) -> str | None:
+        """The image ``task``'s container runs from: its own (``envs.images.image_names.image_for``) when its
+        environment picks one per task (SWE), else its runtime's; None for a runtime without images."""
+        profile = self.profiles.get(task.data.get("profile"))
+        runtime = profile.runtime.config if profile is not None and profile.runtime is not None else None
+        if runtime is None or not hasattr(runtime, "image"):
+            return None
+        if hasattr(profile.environment.config, "build_images"):
+            from envs.images.image_names import image_for
+
+            return image_for(task.data)
+        return runtime.image
+
     def row_check(self) -> Callable[[Task], None] | None:
         """The dataset row checks of every environment in use (``check_row`` of its module), or None."""
         checks = []

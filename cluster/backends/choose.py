@@ -58,7 +58,8 @@ def ray_available() -> None:
 async def start_backend(kind: str | None, source: Any, *, run_id: str, concurrency: int, resources: Any = None,
                         deadline: float | None = None, run_dir: str | None = None, engines: Sequence[str] = (),
                         name: str = "rollout-worker", worker: bool = False, announce: bool = False,
-                        images: Any = None, out: TextIO = sys.stderr) -> tuple[Any, Callable[[], Awaitable[None]]]:
+                        images: Any = None, image_of: Any = None,
+                        out: TextIO = sys.stderr) -> tuple[Any, Callable[[], Awaitable[None]]]:
     """The one place a backend starts (``cluster.assembly`` calls it): ``(backend, how to close it)``.
 
     ``local``: rollouts as asyncio tasks in this process, over ``source``'s composer and one model
@@ -87,7 +88,7 @@ async def start_backend(kind: str | None, source: Any, *, run_id: str, concurren
 
     backend = RayBackend(source, run_id=run_id, resources=resources or Resources(), concurrency=concurrency,
                          deadline=deadline, run_dir=run_dir, engines=tuple(engines), name=name, images=images,
-                         out=out)
+                         image_of=image_of, out=out)
     await backend.start()
     if announce:
         limit = f"{deadline:g}s" if deadline else "none"
@@ -101,7 +102,7 @@ def run_settings(config: RunConfig, composer: Composer, *, run_id: str, run_dir:
     return dict(run_id=run_id, run_dir=run_dir, resources=rollout_resources(config, composer),
                 concurrency=config.run.concurrency, engines=sorted(composer.container_engines()),
                 deadline=farm.deadline if farm.deadline is not None else default_deadline(composer), announce=True,
-                images=config.images)
+                images=config.images, image_of=composer.image_of)
 
 
 def farm_settings(config: RunConfig, composer: Composer) -> dict[str, Any]:

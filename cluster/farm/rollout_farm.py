@@ -101,7 +101,7 @@ class RolloutFarm(FarmControls):
         self._backend = self._run(self._assembly.start_backend(
             self.source, worker=True, run_id=self.name, resources=self.resources, concurrency=self.concurrency,
             deadline=self.deadline_per_attempt, engines=self.engines, name=f"rollout-worker:{self.name}",
-            images=self.images))
+            images=self.images, image_of=getattr(getattr(self.source, "composer", None), "image_of", None)))
         return self
 
     def generate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,

@@ -20,6 +20,21 @@ class ImagesSection(StrictModel):
     """Without the image in the registry (or with none): load it from the driver machine's daemon through the
     object store (``docker save`` once, ``docker load`` on each node that lacks it)."""
 
+    locality: bool = True
+    """Send a rollout to a node that already holds its image, among the nodes with a free slot."""
+    node_disk_budget: str | None = None
+    """Disk the per-instance images may take on each node, e.g. ``40G``: the least recently used ones (never one in
+    use) are removed beyond it after each build or fetch. Default: the environment's ``image_budget``, else none."""
+
+    @field_validator("node_disk_budget")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        from envs.images.image_gc import parse_size
+
+        if value is not None:
+            parse_size(value)  # a ValueError names the bad text; pydantic adds the field
+        return value
+
     @field_validator("registry")
     @classmethod
     def _registry(cls, value: str | None) -> str | None:
@@ -37,6 +52,7 @@ class NodeTransfer:
     depot: Any = None
     registry: str | None = None
     through_ray: bool = True
+    node_disk_budget: str | None = None
 
     def install(self) -> None:
         from envs.images import sources
@@ -56,6 +72,11 @@ class NodeTransfer:
 
                 chosen.append(DepotImages(self.depot))
         sources.install(*chosen)
+        if self.node_disk_budget:
+            from envs.images.image_gc import parse_size
+            from envs.images.instance_images import set_node_budget
+
+            set_node_budget(parse_size(self.node_disk_budget))
 
 
 def open_transfer(images: ImagesSection | None) -> tuple[NodeTransfer, Any]:
@@ -65,4 +86,4 @@ def open_transfer(images: ImagesSection | None) -> tuple[NodeTransfer, Any]:
 
     section = images or ImagesSection()
     depot = start_depot()
-    return NodeTransfer(depot, section.registry, section.through_ray), FileCarrier(depot)
+    return NodeTransfer(depot, section.registry, section.through_ray, section.node_disk_budget), FileCarrier(depot)

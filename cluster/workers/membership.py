@@ -34,6 +34,8 @@ class NodeMembership:
                     self._reap_pending = False
                     await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
                 await self._refresh_nodes()
+                if await self.health.recheck(list(self.nodes.values())):
+                    await self._notify()
             except Exception as exc:  # noqa: BLE001 - a GCS hiccup must not end the run
                 print(f"[farm] node refresh failed: {exc}", file=self.out, flush=True)
 
@@ -73,6 +75,7 @@ class NodeMembership:
             else:
                 if node.generation == generation:
                     node.actor, node.worker = actor, info["worker"]
+                    node.images = set(info.get("images") or ())
                     node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc))
                     if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
                         actor.reap_dead_owners.remote(self.run_id, self.engines)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import ray
 from ray.exceptions import RayActorError
@@ -22,6 +22,8 @@ from ray.exceptions import RayActorError
 from cluster.backends.seam import Backend
 from cluster.transfer.setup import open_transfer
 from cluster.workers.channel import WorkerGone, retrieve
+from cluster.workers.health import NodeHealth
+from cluster.workers.locality import ImageLocality
 from cluster.workers.membership import NodeMembership
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
 from cluster.workers.slots import Node, Resources, describe_nodes
@@ -40,10 +42,13 @@ class RayBackend(NodeMembership, Backend):
 
     def __init__(self, source: Any, *, run_id: str, resources: Resources, concurrency: int,
                  deadline: float | None = None, run_dir: str | None = None, engines: tuple[str, ...] = ("docker",),
-                 name: str = "rollout-worker", images: Any = None, out: TextIO = sys.stderr):
+                 name: str = "rollout-worker", images: Any = None,
+                 image_of: Callable[[Task], str | None] | None = None, out: TextIO = sys.stderr):
         self.source, self.source_ref = source, ray.put(source)
         self.images = images
         """The run's ``images`` section (``cluster.transfer.setup.ImagesSection``), or None for its defaults."""
+        self.health = NodeHealth(engines, out)
+        self.locality = ImageLocality(image_of if images is None or images.locality else None)
         self.transfer: Any = None
         self.files: Any = None
         self.run_id, self.resources, self.concurrency = run_id, resources, concurrency
@@ -127,7 +132,7 @@ class RayBackend(NodeMembership, Backend):
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         task = await self.files.carry(task)  # the files it names travel with it, not by path
-        node = await self._acquire()
+        node = await self._acquire(self.locality.key(task), self.health.avoid(meta.rollout_id))
         channel, seq = node.channel, next(self._seq)
         future = channel.send(seq, task, meta)
         try:
@@ -162,24 +167,34 @@ class RayBackend(NodeMembership, Backend):
             await self._release(node)
         if result.node_id is None:
             result.node_id, result.worker = node.node_id, node.worker
+        self.health.note(node, result)
         node.ran += 1
         self.metrics.inc("attempts", status=result.status, exit_reason=result.exit_reason.value)
         return result
 
-    async def _acquire(self) -> Node:
+    async def _acquire(self, image: str | None = None, avoid: str | None = None) -> Node:
         assert self._changed is not None, "call start() first"
         async with self._changed:
             self.waiting += 1
+            if image is not None:
+                self.locality.wanting[image] += 1
             try:
                 while True:
-                    best = max(self.nodes.values(), key=lambda n: n.free, default=None)
-                    if best is not None and best.free > 0:
+                    best = self.locality.choose(self.nodes.values(), image, avoid)
+                    if best is not None:
                         best.used += 1
+                        self.locality.sent(best, image)
+                        if image is not None and any(n.free > 0 for n in self.nodes.values()):
+                            self._changed.notify_all()  # a node it left to this rollout may now be someone's
                         return best
                     self._gauges()
                     await self._changed.wait()
             finally:
                 self.waiting -= 1
+                if image is not None:
+                    self.locality.wanting[image] -= 1
+                    if not self.locality.wanting[image]:
+                        del self.locality.wanting[image]
                 self._gauges()
 
     async def _release(self, node: Node) -> None:

@@ -67,10 +67,15 @@ class Node:
     starting: asyncio.Task | None = None
     ran: int = 0
     lost_workers: list[str] = field(default_factory=list)
+    sick: str | None = None
+    """Why the node gets no rollouts although it is alive (``cluster.workers.health``), or None."""
+    strikes: int = 0
+    images: set[str] = field(default_factory=set)
+    """The images the node holds, as far as the driver knows (``cluster.workers.locality``)."""
 
     @property
     def free(self) -> int:
-        return self.capacity - self.used if self.alive and self.actor is not None else 0
+        return self.capacity - self.used if self.alive and self.actor is not None and self.sick is None else 0
 
 
 def parse_memory(text: str | None) -> int | None:

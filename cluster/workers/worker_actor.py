@@ -20,6 +20,26 @@ class NodeWorker(RolloutWorker):
             transfer.install()
         super().__init__(source, **options)
 
+    def info(self) -> dict[str, Any]:
+        """``RolloutWorker.info`` and the images this node's daemon holds (for locality; none without docker)."""
+        return {**super().info(), "images": node_images()}
+
+    def probe(self, engines: tuple[str, ...]) -> str | None:
+        """None when this node's container engines answer, else why not (``cluster.workers.health``)."""
+        if "docker" not in engines:
+            return None
+        try:
+            import docker
+
+            client = docker.from_env(timeout=10)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except Exception as exc:  # noqa: BLE001 - the answer is the reason
+            return f"{type(exc).__name__}: {exc}"[:300]
+        return None
+
     def transfers(self) -> dict[str, Any]:
         """What reached this node: image fetches (image, source, seconds, bytes) and the bytes of carried files."""
         from dataclasses import asdict
@@ -29,6 +49,20 @@ class NodeWorker(RolloutWorker):
 
         fetcher = carried.installed()
         return {"images": [asdict(f) for f in fetches()], "file_bytes": getattr(fetcher, "fetched", 0)}
+
+
+def node_images() -> list[str]:
+    """The tags of this node's docker daemon, or none when it has no daemon (or none answers quickly)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        try:
+            return sorted(tag for image in client.images.list() for tag in image.tags)
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - locality is an optimisation: a node it knows nothing of still gets work
+        return []
 
 
 def worker_actor_class() -> Any:

@@ -180,6 +180,16 @@ RECENT_USE_KEEP = 300.0
 """Seconds after its last use an image is kept by pruning after a build, so an image just returned to
 a rollout is not removed before the rollout's container exists (a container keeps it from then on)."""
 
+_node_budget: int | None = None
+
+
+def set_node_budget(budget_bytes: int | None) -> None:
+    """The disk this node's instance images may take when a caller names no budget (a farm's
+    ``images.node_disk_budget``, installed in each worker)."""
+    global _node_budget
+    _node_budget = budget_bytes
+
+
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 _build_slots: threading.BoundedSemaphore | None = None
@@ -198,27 +208,29 @@ def ensure_instance_image(task: Task, base: str = DEFAULT_BASE_IMAGE, network: b
     """The task's image tag, built now if it is missing and the row can be built (``repo_path``);
     otherwise found or pulled by ``ensure_image`` (an ``ImageError`` naming it when neither works).
     Concurrent rollouts of one instance in this process build it once, and at most ``MAX_PARALLEL_BUILDS``
-    images build at a time. After a build, with ``budget_bytes``, the least recently used instance images
-    are removed until they fit it (never the new one, one used in the last ``RECENT_USE_KEEP`` seconds,
-    or one a container uses)."""
+    images build at a time. After a build or a fetch, with ``budget_bytes`` (default: the node's,
+    ``set_node_budget``), the least recently used instance images are removed until they fit it (never the new
+    one, one used in the last ``RECENT_USE_KEEP`` seconds, or one a container uses)."""
     tag = image_for(task, base)
+    budget_bytes = budget_bytes if budget_bytes is not None else _node_budget
     with _locks_guard:
         lock = _locks.setdefault(tag, threading.Lock())
-    built = False
+    added = False
     with lock:
         client = docker_client()
-        # a registry's layers first (the node may hold the base already); then a build here from the repository
-        if not image_present(client, tag) and fetch_image(tag, client, layered_only=True) is None:
-            if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
-                if not image_present(client, base):
-                    ensure_image(base, client)
-                with _slots():
-                    _build_one(task, Path("/"), base, False, network)
-                built = True
-            else:
-                ensure_image(tag, client)
+        if not image_present(client, tag):
+            added = True  # built here or fetched: either way the node's images grew
+            # a registry's layers first (the node may hold the base already); then a build here from the repository
+            if fetch_image(tag, client, layered_only=True) is None:
+                if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
+                    if not image_present(client, base):
+                        ensure_image(base, client)
+                    with _slots():
+                        _build_one(task, Path("/"), base, False, network)
+                else:
+                    ensure_image(tag, client)
         record_use(tag)
-    if built and budget_bytes is not None:
+    if added and budget_bytes is not None:
         try:
             prune_instance_images(budget_bytes, client=client, keep={tag} | recently_used(RECENT_USE_KEEP))
         except Exception as exc:  # the image is built: a failed clean-up must not fail the rollout

@@ -136,3 +136,27 @@ def test_a_machine_that_dies_mid_run_loses_nothing(ray_cluster, two_machines, he
     assert re.search(rf"node lost\s+{lost[:8]}: [1-9]\d* attempts ran again elsewhere", out), out[-3000:]
     assert any(r["node_id"] == survivor.node_id() for r in rows)
     assert labelled(survivor) == []
+
+
+def test_a_node_whose_docker_daemon_dies_gets_no_more_rollouts(ray_cluster, two_machines, head_files):
+    import os
+    import signal
+    import time
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    run = run_on_cluster(address, head_files, "run.max_attempts=3")
+    survivor, victim = two_machines
+    path = head_files / "run" / "results.jsonl"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and run.poll() is None:
+        if path.exists() and len(path.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.5)
+    sick = victim.node_id()
+    os.kill(int((victim.root / "docker.pid").read_text()), signal.SIGKILL)  # the daemon only: its raylet lives
+    out = finished(run)
+    rows = assert_whole(head_files)
+    assert all(r["reward"] == 1.0 for r in rows)
+    assert f"node {sick[:8]}: 2 sandboxes in a row did not start" in out, out[-3000:]
+    failed_there = [r for r in results(head_files) if r["status"] != "completed" and r["node_id"] == sick]
+    assert len(failed_there) <= 4, failed_there  # the rollouts it had, and two starts: no retry storm

@@ -1,0 +1,58 @@
+"""Image locality: a rollout goes to a node that already holds its image, among the nodes with a free slot.
+
+What a node holds is what its worker listed when it started (``NodeWorker.info``) plus the image of every rollout
+sent there since (that rollout fetched or built it). A free node that holds the image of a rollout still waiting
+is left to that rollout, which takes it in the same round of wake-ups; a node is never left idle otherwise, so
+locality never starves a node: it only reorders who goes where.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, Iterable
+
+from rollout.records import Task
+
+
+class ImageLocality:
+    def __init__(self, image_of: Callable[[Task], str | None] | None = None):
+        self.image_of = image_of
+        self.wanting: Counter[str] = Counter()
+        """Images of the rollouts waiting for a slot."""
+        self.hits = self.misses = 0
+
+    def key(self, task: Task) -> str | None:
+        if self.image_of is None:
+            return None
+        try:
+            return self.image_of(task)
+        except Exception:  # noqa: BLE001 - a task whose image cannot be named is placed without locality
+            return None
+
+    def choose(self, nodes: Iterable[Any], image: str | None, avoid: str | None = None) -> Any:
+        """The node a rollout of ``image`` takes now, or None to wait. ``avoid``: a node id not to take while another
+        node is alive (where the rollout's last attempt failed)."""
+        nodes = list(nodes)
+        if avoid is not None and any(n.alive and n.sick is None and n.node_id != avoid for n in nodes):
+            nodes = [n for n in nodes if n.node_id != avoid]
+        free = [n for n in nodes if n.free > 0]
+        if not free:
+            return None
+        if image is None:
+            return max(free, key=lambda n: n.free)
+        holding = [n for n in free if image in n.images]
+        if holding:
+            self.hits += 1
+            return max(holding, key=lambda n: n.free)
+        spare = [n for n in free if not self._reserved(n)]
+        if not spare:
+            return None
+        self.misses += 1
+        return max(spare, key=lambda n: (n.free, -len(n.images)))
+
+    def _reserved(self, node: Any) -> bool:
+        return any(count > 0 and image in node.images for image, count in self.wanting.items())
+
+    def sent(self, node: Any, image: str | None) -> None:
+        if image is not None:
+            node.images.add(image)  # the rollout fetches or builds it there

@@ -1,0 +1,46 @@
+"""Image locality on the driver: a rollout goes to a free node that holds its image; a free node is left to a
+waiting rollout whose image it holds, and otherwise never left idle."""
+
+from __future__ import annotations
+
+from cluster.workers.locality import ImageLocality
+from cluster.workers.slots import Node
+
+
+def node(name: str, capacity: int = 1, images: set[str] = frozenset(), used: int = 0) -> Node:
+    made = Node(name, capacity, actor=object(), used=used)
+    made.images = set(images)
+    return made
+
+
+def test_a_rollout_goes_to_the_free_node_that_holds_its_image_over_a_freer_one():
+    nodes = [node("a", capacity=4), node("b", capacity=1, images={"img:1"})]
+    locality = ImageLocality(lambda task: None)
+    assert locality.choose(nodes, "img:1").node_id == "b"
+    assert locality.choose(nodes, "img:2").node_id == "a"  # nobody has it: the freest
+    assert (locality.hits, locality.misses) == (1, 1)
+
+
+def test_a_free_node_is_left_to_the_waiting_rollout_whose_image_it_holds():
+    a, b = node("a", images={"img:1"}), node("b", used=1)
+    locality = ImageLocality()
+    locality.wanting["img:1"] += 1  # a rollout of img:1 waits, and is woken in the same round
+    assert locality.choose([a, b], "img:2") is None
+    locality.wanting["img:1"] -= 1
+    assert locality.choose([a, b], "img:2") is a  # nobody wants what it holds: it is not left idle
+
+
+def test_locality_never_leaves_a_node_idle_that_no_waiting_rollout_wants():
+    nodes = [node("a", images={"img:1"}, used=1), node("b", images={"img:9"}), node("c")]
+    locality = ImageLocality()
+    locality.wanting.update({"img:1": 3})  # they want a, which is busy
+    chosen = locality.choose(nodes, "img:2")
+    assert chosen is not None and chosen.node_id in ("b", "c")
+    locality.sent(chosen, "img:2")
+    assert "img:2" in chosen.images  # the rollout fetches or builds it there: the next one of img:2 follows
+
+
+def test_without_an_image_the_freest_node_is_chosen_and_a_full_cluster_waits():
+    nodes = [node("a", capacity=2), node("b", capacity=3)]
+    assert ImageLocality().choose(nodes, None).node_id == "b"
+    assert ImageLocality().choose([node("a", used=1)], "img:1") is None
