@@ -82,7 +82,7 @@ class FarmAssembly:
             return None
         try:
             self.served = apps.start(self.serve, self.model_id, base_url=self.model.get("base_url"),
-                                     dataset=self._carry_dataset(), out=self.out)
+                                     dataset=self._carry_dataset(), remote=self.remote, out=self.out)
         except Exception as exc:  # noqa: BLE001 - a model that cannot start: say so in one line, run nothing
             last = str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else ""
             raise ConfigError(f"the {self.serve.app} application did not start: {type(exc).__name__}: {last}",

@@ -53,10 +53,12 @@ def build_app(section: ServeSection, model_id: str, *, dataset: str | None = Non
 
 
 def start(section: ServeSection, model_id: str, *, base_url: str | None = None, dataset: str | None = None,
-          out: TextIO = sys.stderr) -> ServedModel:
+          remote: bool = False, out: TextIO = sys.stderr) -> ServedModel:
     """Deploy ``section``'s application on the connected Ray cluster (Serve started if it is not) and wait until
     its models list names ``model_id``. A kind that deploys nothing (``app: endpoint``) gives its URL.
-    ``cluster.assembly`` is the one caller."""
+    ``remote``: callers on other machines use it (a run that joined a cluster): Serve's proxies listen on every
+    interface (unless ``serve.host`` names one) and the URL names the head node's address, where Serve always keeps
+    a proxy, never 127.0.0.1. ``cluster.assembly`` is the one caller."""
     kind = app_for(section)
     if not kind.deploys:
         return ServedModel(kind.url(section, base_url), model_id, section)
@@ -64,9 +66,9 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
 
     # Quiet by default: an access-log line per model call drowns the run's progress (``serve.log_level``).
     quiet = {"log_level": section.log_level, "enable_access_log": False}
-    serve.start(http_options={"host": section.host, "port": section.port or free_port(section.host)},
-                logging_config=quiet)
-    root = proxy_url()
+    host = "0.0.0.0" if remote and section.host == "127.0.0.1" else section.host
+    serve.start(http_options={"host": host, "port": section.port or free_port(host)}, logging_config=quiet)
+    root = proxy_url(remote)
     app = build_app(section, model_id, dataset=dataset)
     wait_deleted(section.name, section.ready_timeout)
     t0 = time.perf_counter()
@@ -83,12 +85,18 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
     return served
 
 
-def proxy_url() -> str:
-    """The root URL of Serve's HTTP proxy on this cluster (its host and port as Serve was started with)."""
-    from cluster.session.ray_private import serve_http_config
+def proxy_url(remote: bool = False) -> str:
+    """The root URL of Serve's HTTP proxy on this cluster (its host and port as Serve was started with); ``remote``:
+    one other machines reach (the head node's address when the proxies listen on every interface)."""
+    from cluster.session.ray_private import head_node_address, serve_http_config
 
     options = serve_http_config()
-    host = "127.0.0.1" if options.host in ("0.0.0.0", "::", "") else options.host
+    everywhere = options.host in ("0.0.0.0", "::", "")
+    if remote and not everywhere and options.host.startswith("127."):
+        print(f"serve: Serve's proxies listen on {options.host} only (started so before this run): workers on "
+              "other machines cannot reach the model; restart Serve (`serve shutdown`) or set serve.host: 0.0.0.0",
+              file=sys.stderr, flush=True)
+    host = (head_node_address() if remote else "127.0.0.1") if everywhere else options.host
     return f"http://{host}:{options.port}"
 
 

@@ -46,6 +46,9 @@ class ServeSection(StrictModel):
     deployment: dict[str, Any] = Field(default_factory=dict)
     """Serve deployment options passed through (``num_replicas``, ``autoscaling_config``, ``ray_actor_options``,
     ``max_queued_requests``, ...)."""
+    placement: dict[str, float] = Field(default_factory=dict)
+    """Ray resources each replica takes, e.g. ``{model_node: 1}`` to keep the model on the nodes that offer it (GPU
+    nodes) and apart from the sandboxes (``farm.node_resources``). Merged into ``ray_actor_options.resources``."""
     log_level: str = "WARNING"
     """Log level of Serve's controller, proxy and this application's replicas (access logs stay off)."""
     keep: bool = False
@@ -110,6 +113,11 @@ class ServeSection(StrictModel):
         if "autoscaling_config" not in self.deployment:
             options["num_replicas"] = self.replicas
         options.update(self.deployment)
+        actor = dict(options.get("ray_actor_options") or {})  # a copy: a kind may add its defaults to it
+        if self.placement:
+            actor["resources"] = {**(actor.get("resources") or {}), **self.placement}
+        if actor or "ray_actor_options" in options:
+            options["ray_actor_options"] = actor
         return options
 
 

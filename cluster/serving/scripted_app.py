@@ -82,7 +82,7 @@ class ScriptedApp(ServeApp):
     def build(self, section: Any, model_id: str, options: dict[str, Any], *, dataset: str | None = None) -> Any:
         from cluster.names import POLICIES
 
-        options.setdefault("ray_actor_options", {"num_cpus": 0})  # the policy takes no rollout's CPU
+        options.setdefault("ray_actor_options", {}).setdefault("num_cpus", 0)  # the policy takes no rollout's CPU
         server_config = {"policy": POLICIES.resolve(section.policy), "latency": section.latency,
                          "faults": section.faults, "dataset": dataset, "model": model_id, "check_model": True}
         return build(server_config, options)

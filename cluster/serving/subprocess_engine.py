@@ -127,7 +127,7 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
     from ray import serve
 
     options = {**options, "health_check_period_s": options.get("health_check_period_s", 5)}
-    options.setdefault("ray_actor_options", {"num_cpus": 1})
+    options.setdefault("ray_actor_options", {}).setdefault("num_cpus", 1)
     deployment = serve.deployment(VllmProcessServer, name="VllmProcessServer")
     return deployment.options(**options).bind(section.name, section.model_source, model_id, kwargs,
                                               section.ready_timeout)

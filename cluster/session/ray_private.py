@@ -64,6 +64,16 @@ def serve_http_config() -> Any:
     return ray.get(_get_global_client()._controller.get_http_config.remote())
 
 
+def head_node_address() -> str:
+    """The head node's address, where Serve always runs a proxy (its fallback proxy)."""
+    import ray
+
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+            return node["NodeManagerAddress"]
+    return ray.util.get_node_ip_address()
+
+
 def dev_openai_app(config: Any) -> Any:
     """Ray Serve LLM's development ingress (the OpenAI routes plus the engine control routes), for ``config``."""
     from ray.llm._internal.serve.core.ingress.dev_ingress import build_dev_openai_app

@@ -30,22 +30,37 @@ def head_files(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("head-only")
 
 
-@pytest.fixture
-def two_machines(ray_cluster, head_files, base_image):
-    """Two sandbox nodes of one CPU each, each with an empty image store, the head's files masked."""
+def start_machines(ray_cluster, head_files: Path, *resources: dict[str, float]):
+    """One machine per ``resources`` (one CPU each, an empty image store, the head's files masked), with Serve
+    stopped first so the run starts it as a run across machines does (listening for the other machines)."""
     need_machines()
+    from ray import serve
+
+    serve.shutdown()
     address = ray_cluster.get_runtime_context().gcs_address
     started = []
     try:
-        for index in (1, 2):
+        for index, offered in enumerate(resources, start=1):
             name = f"machine_{uuid.uuid4().hex[:6]}"
             root = Path("/tmp") / f"rollout-farm-{name}"
-            started.append(Machine(name, index, address, root, num_cpus=1, resources=SANDBOX,
+            started.append(Machine(name, index, address, root, num_cpus=1, resources=offered,
                                    masked=[str(head_files), str(PROJECT / "runs")]).start())
         yield started
     finally:
         for machine in started:
             machine.stop()
+
+
+@pytest.fixture
+def two_machines(ray_cluster, head_files, base_image):
+    """Two sandbox nodes."""
+    yield from start_machines(ray_cluster, head_files, SANDBOX, SANDBOX)
+
+
+@pytest.fixture
+def model_and_sandbox_machines(ray_cluster, head_files, base_image):
+    """A model node (no sandboxes) and a sandbox node."""
+    yield from start_machines(ray_cluster, head_files, {"model_node": 1.0}, SANDBOX)
 
 
 def run_on_cluster(address: str, head_files: Path, *extra: str, timeout: float = 900,
@@ -58,8 +73,15 @@ def run_on_cluster(address: str, head_files: Path, *extra: str, timeout: float =
                f"output.dir={head_files / 'run'}", "run.progress_interval=5", *extra]
     environment = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(PROJECT), **(env or {})}
     environment.pop("RAY_ADDRESS", None)
-    return subprocess.Popen(command, cwd=head_files, env=environment, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    log = open(head_files / "driver.log", "w")  # a file, not a pipe: a long run never blocks on its output
+    process = subprocess.Popen(command, cwd=head_files, env=environment, stdout=log, stderr=subprocess.STDOUT,
+                               text=True)
+    process.log_path = log.name
+    return process
+
+
+def output(process: subprocess.Popen) -> str:
+    return Path(process.log_path).read_text(errors="replace")
 
 
 def results(head_files: Path) -> list[dict]:

@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import collections
 import re
+import subprocess
 
 import pytest
-from conftest import results, run_on_cluster
+from conftest import output, results, run_on_cluster
 
-pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 LABEL = "rollout-farm.run"
 
 
-def finished(process, timeout: float = 900) -> str:
-    out, _ = process.communicate(timeout=timeout)
+def finished(process, timeout: float = 600) -> str:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(f"the run did not end within {timeout:g}s: {output(process)[-4000:]}") from None
+    out = output(process)
     assert process.returncode == 0, out[-4000:]
     return out
 
@@ -60,14 +66,11 @@ def image_id(docker, image: str) -> str:
 
 
 def head_docker(*args: str):
-    import subprocess
-
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_the_demo_resolves_on_fresh_machines_with_images_from_a_registry(ray_cluster, two_machines, head_files,
                                                                          registry):
-    import subprocess
     import sys
 
     from conftest import PROJECT
@@ -104,7 +107,8 @@ def test_a_wrong_registry_credential_is_one_error_before_work_starts(ray_cluster
         secret = "wrong-password-7d1f"
         run = run_on_cluster(address, head_files, f"images.registry={guarded.address}/farm",
                              env={"ROLLOUT_REGISTRY_USERNAME": "farm", "ROLLOUT_REGISTRY_PASSWORD": secret})
-        out, _ = run.communicate(timeout=300)
+        run.wait(timeout=300)
+        out = output(run)
     finally:
         guarded.stop()
     assert run.returncode == 2, out[-3000:]
@@ -160,3 +164,34 @@ def test_a_node_whose_docker_daemon_dies_gets_no_more_rollouts(ray_cluster, two_
     assert f"node {sick[:8]}: 2 sandboxes in a row did not start" in out, out[-3000:]
     failed_there = [r for r in results(head_files) if r["status"] != "completed" and r["node_id"] == sick]
     assert len(failed_there) <= 4, failed_there  # the rollouts it had, and two starts: no retry storm
+
+
+def test_the_model_tier_runs_apart_from_the_sandboxes(ray_cluster, model_and_sandbox_machines, head_files):
+    import time
+
+    from ray.serve.context import _get_global_client
+
+    def replica_nodes() -> set[str]:
+        try:
+            details = _get_global_client().get_serve_details()
+        except Exception:  # noqa: BLE001 - Serve not started yet by the run
+            return set()
+        app = details.get("applications", {}).get("rollout-model", {})
+        return {r["node_id"] for d in app.get("deployments", {}).values() for r in d.get("replicas", [])
+                if r.get("state") == "RUNNING"}
+
+    model, sandbox = model_and_sandbox_machines
+    address = ray_cluster.get_runtime_context().gcs_address
+    run = run_on_cluster(address, head_files, "serve.placement={model_node: 0.5}")  # two replicas on one node
+    replicas: set[str] = set()
+    deadline = time.monotonic() + 400
+    while run.poll() is None and time.monotonic() < deadline:
+        replicas |= replica_nodes()
+        time.sleep(1)
+    out = finished(run)
+    rows = assert_whole(head_files)
+    assert all(r["reward"] == 1.0 for r in rows)
+    assert replicas == {model.node_id()}  # every replica on the model node
+    assert {r["node_id"] for r in rows} == {sandbox.node_id()}  # every rollout on the sandbox node, none on the head
+    url = re.search(r"answers at (http://[^/]+)/v1", out).group(1)
+    assert "127.0.0.1" not in url and "localhost" not in url, url  # an address the other machines reach
