@@ -51,6 +51,9 @@ class FarmControls:
         self.pause(mode="wait")
         try:
             self.controls().reload_weights(path)
+            from cluster.serving.apps import forget_fingerprint
+
+            forget_fingerprint(self._assembly.serve)  # no later run takes these weights for its config's
             if version is not None:
                 self.set_policy_version(version)
         finally:

@@ -69,6 +69,10 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
     host = "0.0.0.0" if remote and section.host == "127.0.0.1" else section.host
     serve.start(http_options={"host": host, "port": section.port or free_port(host)}, logging_config=quiet)
     root = proxy_url(remote)
+    mark = fingerprint(section, model_id, dataset)
+    standing = standing_app(section, model_id, mark, root, out)
+    if standing is not None:
+        return standing
     app = build_app(section, model_id, dataset=dataset)
     wait_deleted(section.name, section.ready_timeout)
     t0 = time.perf_counter()
@@ -82,7 +86,50 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
         raise
     print(f"serve: {section.name!r} answers at {served.base_url} after {time.perf_counter() - t0:.1f}s",
           file=out, flush=True)
+    from cluster.session.ray_private import kv_put
+
+    kv_put(FINGERPRINTS + section.name, mark.encode())
     return served
+
+
+FINGERPRINTS = "rollout-farm/serve-fingerprint/"
+"""Ray KV keys: what each application this project deployed was deployed from (``fingerprint``)."""
+
+
+def fingerprint(section: ServeSection, model_id: str, dataset: str | None = None) -> str:
+    """What an application's answers depend on: its kind, model, engine and deployment options, policy (not how
+    long to wait for it, nor whether to keep it)."""
+    import hashlib
+    import json
+
+    fields = section.model_dump(exclude={"keep", "ready_timeout", "log_level"})
+    return hashlib.sha256(json.dumps([fields, model_id, dataset], sort_keys=True, default=str).encode()).hexdigest()
+
+
+def standing_app(section: ServeSection, model_id: str, mark: str, root: str, out: TextIO) -> ServedModel | None:
+    """The application already running on a standing cluster from the same fingerprint (a run before kept it,
+    ``serve.keep``), reused instead of redeployed; None when there is none, or it differs, or it does not answer."""
+    from cluster.session.ray_private import kv_get
+
+    if app_status(section.name)[0] != "RUNNING" or kv_get(FINGERPRINTS + section.name) != mark.encode():
+        return None
+    served = ServedModel(root + section.route_prefix.rstrip("/") + "/v1", model_id, section, deployed=True)
+    try:
+        wait_ready(served.base_url, model_id, 30.0, app_name=section.name)
+    except (TimeoutError, RuntimeError):
+        return None  # redeployed below
+    print(f"serve: {section.name!r} is already running from the same model, options and policy: reused at "
+          f"{served.base_url}", file=out, flush=True)
+    return served
+
+
+def forget_fingerprint(section: ServeSection | None) -> None:
+    """The served weights changed (``reload_weights``): the next run must not take the application for the one
+    its config describes."""
+    if section is not None:
+        from cluster.session.ray_private import kv_del
+
+        kv_del(FINGERPRINTS + section.name)
 
 
 def proxy_url(remote: bool = False) -> str:
