@@ -130,6 +130,8 @@ def test_no_module_is_over_250_lines():
     ("envs/runtimes/apptainer", ("envs.runtimes.docker",)),
     ("cluster/session", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.serving", "cluster.workers")),
     ("cluster/workers", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.assembly")),
+    ("cluster/placement", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.assembly", "cluster.workers",
+                           "cluster.serving", "cluster.backends", "cluster.transfer", "ray")),
     ("cluster/transfer", ("cluster.run", "cluster.farm", "cluster.cli", "cluster.assembly", "cluster.workers",
                           "cluster.serving", "cluster.backends")),
 ])

@@ -31,7 +31,7 @@ def default_deadline(composer: Composer) -> float | None:
 def rollout_resources(config: RunConfig, composer: Composer) -> Any:
     """What one rollout takes on a node: ``farm.cpus_per_rollout``/``memory_per_rollout``, else the largest
     container runtime's ``cpus``/``memory`` (runtimes without containers take nothing countable)."""
-    from cluster.workers.slots import Resources, parse_memory
+    from cluster.placement.slots import Resources, parse_memory
 
     cpus = config.farm.cpus_per_rollout
     memory = parse_memory(config.farm.memory_per_rollout)
@@ -83,8 +83,8 @@ async def start_backend(kind: str | None, source: Any, *, run_id: str, concurren
         return LocalBackend(source.composer, model), close_local
     if kind != "ray":
         raise ConfigError(f"must be 'ray' or 'local', got {kind!r}", "farm.backend")
+    from cluster.placement.slots import Resources
     from cluster.workers.ray_backend import RayBackend
-    from cluster.workers.slots import Resources
 
     backend = RayBackend(source, run_id=run_id, resources=resources or Resources(), concurrency=concurrency,
                          deadline=deadline, run_dir=run_dir, engines=tuple(engines), name=name, images=images,

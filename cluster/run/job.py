@@ -168,6 +168,7 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     summary["run_id"] = job.run_id
     summary["run_dir"] = str(job.run_dir)
     summary["nodes_lost"] = getattr(assembly.backend, "lost_nodes", list)()
+    summary["transfers"] = getattr(assembly.backend, "transfers", None)
     swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw))
     if swe is not None:
         summary["swe"] = {k: swe[k] for k in ("total_instances", "submitted_instances", "completed_instances",

@@ -87,3 +87,21 @@ def open_transfer(images: ImagesSection | None) -> tuple[NodeTransfer, Any]:
     section = images or ImagesSection()
     depot = start_depot()
     return NodeTransfer(depot, section.registry, section.through_ray, section.node_disk_budget), FileCarrier(depot)
+
+
+def transfer_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """What reached the nodes during a run, from each worker's ``transfers()``: per node and in total, the images
+    fetched (how many, from which source, seconds, bytes) and the bytes of carried files."""
+    by_node: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        node = by_node.setdefault(report["node_id"], {"images": 0, "seconds": 0.0, "bytes": 0, "file_bytes": 0,
+                                                      "by_source": {}})
+        node["file_bytes"] += report.get("file_bytes", 0)
+        for fetch in report.get("images", []):
+            node["images"] += 1
+            node["seconds"] = round(node["seconds"] + fetch["seconds"], 3)
+            node["bytes"] += fetch["bytes"]
+            node["by_source"][fetch["source"]] = node["by_source"].get(fetch["source"], 0) + 1
+    total = {key: sum(n[key] for n in by_node.values()) for key in ("images", "bytes", "file_bytes")}
+    total["seconds"] = round(sum(n["seconds"] for n in by_node.values()), 3)
+    return {"total": total, "by_node": by_node}

@@ -9,9 +9,9 @@ import asyncio
 
 import ray
 
+from cluster.placement.slots import Node
 from cluster.workers.channel import Channel, as_future, first_line
 from cluster.workers.reaping import reap_dead_owners
-from cluster.workers.slots import Node
 from cluster.workers.worker_actor import spawn_worker
 from rollout.waits import within
 

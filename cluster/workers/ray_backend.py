@@ -20,13 +20,13 @@ import ray
 from ray.exceptions import RayActorError
 
 from cluster.backends.seam import Backend
-from cluster.transfer.setup import open_transfer
+from cluster.placement.health import NodeHealth
+from cluster.placement.locality import ImageLocality
+from cluster.placement.slots import Node, Resources, describe_nodes
+from cluster.transfer.setup import open_transfer, transfer_summary
 from cluster.workers.channel import WorkerGone, retrieve
-from cluster.workers.health import NodeHealth
-from cluster.workers.locality import ImageLocality
 from cluster.workers.membership import NodeMembership
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
-from cluster.workers.slots import Node, Resources, describe_nodes
 from cluster.workers.wire import decode_result
 from rollout.errors import DeadlineExceeded, WorkerDied
 from rollout.events import Observer
@@ -51,6 +51,8 @@ class RayBackend(NodeMembership, Backend):
         self.locality = ImageLocality(image_of if images is None or images.locality else None)
         self.transfer: Any = None
         self.files: Any = None
+        self.transfers: dict[str, Any] | None = None
+        """What reached the nodes (``cluster.transfer.setup.transfer_summary``), once closed."""
         self.run_id, self.resources, self.concurrency = run_id, resources, concurrency
         self.deadline, self.run_dir, self.engines, self.name, self.out = deadline, run_dir, engines, name, out
         self.nodes: dict[tuple[str, int], Node] = {}
@@ -85,6 +87,7 @@ class RayBackend(NodeMembership, Backend):
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
         nodes = [n for n in self.nodes.values() if n.actor is not None]
+        self.transfers = transfer_summary(await self.broadcast("transfers"))
 
         async def stop(node: Node) -> None:
             try:

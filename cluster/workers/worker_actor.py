@@ -25,7 +25,7 @@ class NodeWorker(RolloutWorker):
         return {**super().info(), "images": node_images()}
 
     def probe(self, engines: tuple[str, ...]) -> str | None:
-        """None when this node's container engines answer, else why not (``cluster.workers.health``)."""
+        """None when this node's container engines answer, else why not (``cluster.placement.health``)."""
         if "docker" not in engines:
             return None
         try:
@@ -48,7 +48,8 @@ class NodeWorker(RolloutWorker):
         from rollout.data import carried
 
         fetcher = carried.installed()
-        return {"images": [asdict(f) for f in fetches()], "file_bytes": getattr(fetcher, "fetched", 0)}
+        return {"node_id": self.node_id, "images": [asdict(f) for f in fetches()],
+                "file_bytes": getattr(fetcher, "fetched", 0)}
 
 
 def node_images() -> list[str]:

@@ -122,6 +122,12 @@ def format_table(summary: dict[str, Any]) -> str:
         cost = (retried.get("by_node") or {}).get(node, {})
         rows.append(("node lost", f"{node[:8]}: {cost.get('attempts', 0)} attempts ran again elsewhere "
                                   f"({cost.get('seconds', 0.0):.1f}s of work)"))
+    moved = (summary.get("transfers") or {}).get("total") or {}
+    if moved.get("images") or moved.get("file_bytes"):
+        nodes = summary["transfers"]["by_node"]
+        rows.append(("moved to nodes", f"{moved['images']} images ({moved['bytes'] / 1e6:.0f} MB in "
+                                       f"{moved['seconds']:.1f}s), files {moved['file_bytes'] / 1e6:.1f} MB; images "
+                                       "per node: " + ", ".join(f"{n[:8]} {v['images']}" for n, v in nodes.items())))
     rows.append(("steps mean", _num(summary["steps_mean"], 1)))
     rows.append(("tokens", f"{summary['tokens']['total']}"))
     if summary.get("rollouts_per_second"):

@@ -185,7 +185,7 @@ def test_a_node_split_among_workers_uses_every_worker(ray_cluster):
 
 
 def test_slots_split_among_workers_by_default_only_past_a_thousand():
-    from cluster.workers.slots import Resources
+    from cluster.placement.slots import Resources
 
     assert Resources().workers({"CPU": 2}, 256) == [256]
     assert Resources().workers({"CPU": 2}, 10_000) == [5000, 5000]

@@ -3,8 +3,8 @@ waiting rollout whose image it holds, and otherwise never left idle."""
 
 from __future__ import annotations
 
-from cluster.workers.locality import ImageLocality
-from cluster.workers.slots import Node
+from cluster.placement.locality import ImageLocality
+from cluster.placement.slots import Node
 
 
 def node(name: str, capacity: int = 1, images: set[str] = frozenset(), used: int = 0) -> Node:

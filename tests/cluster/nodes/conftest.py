@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from machines import Machine
+from machines import Machine, Registry
 
 PROJECT = Path(__file__).resolve().parents[3]
 SANDBOX = {"sandbox": 1.0}
@@ -63,12 +63,12 @@ def model_and_sandbox_machines(ray_cluster, head_files, base_image):
     yield from start_machines(ray_cluster, head_files, {"model_node": 1.0}, SANDBOX)
 
 
-def run_on_cluster(address: str, head_files: Path, *extra: str, timeout: float = 900,
-                   env: dict[str, str] | None = None, until: object = None) -> subprocess.Popen:
+def run_on_cluster(address: str, head_files: Path, *extra: str, env: dict[str, str] | None = None,
+                   config: str = "swe_demo.yaml") -> subprocess.Popen:
     """``python -m cluster run configs/swe_demo.yaml`` from a driver on the head, joined to ``address``, with
     workers on sandbox nodes only and the dataset and run directory where only the head sees them."""
     dataset = head_files / "datasets" / "swe_mini.jsonl"
-    command = [sys.executable, "-m", "cluster", "run", str(PROJECT / "configs" / "swe_demo.yaml"),
+    command = [sys.executable, "-m", "cluster", "run", str(PROJECT / "configs" / config),
                f"farm.address={address}", "farm.node_resources={sandbox: 1}", f"dataset.path={dataset}",
                f"output.dir={head_files / 'run'}", "run.progress_interval=5", *extra]
     environment = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(PROJECT), **(env or {})}
@@ -87,58 +87,6 @@ def output(process: subprocess.Popen) -> str:
 def results(head_files: Path) -> list[dict]:
     path = head_files / "run" / "results.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Registry:
-    """Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1, its storage in a directory of its own;
-    ``users``: ``{name: password}`` for basic auth (an htpasswd file of bcrypt hashes)."""
-
-    def __init__(self, root: Path, users: dict[str, str] | None = None):
-        self.root, self.port = root, free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        auth = ""
-        if users:
-            import bcrypt
-
-            (root / "htpasswd").write_text("".join(
-                f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n"
-                for user, password in users.items()))
-            auth = f"auth:\n  htpasswd:\n    realm: rollout-farm\n    path: {root / 'htpasswd'}\n"
-        (root / "config.yml").write_text(
-            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: {self.address}\n{auth}")
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> "Registry":
-        import time
-        import urllib.error
-        import urllib.request
-
-        log = open(self.root / "registry.log", "w")
-        self.process = subprocess.Popen(["docker-registry", "serve", str(self.root / "config.yml")], stdout=log,
-                                        stderr=subprocess.STDOUT)
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2)
-                return self
-            except urllib.error.HTTPError:
-                return self  # 401: up, and asking for credentials
-            except OSError:
-                time.sleep(0.1)
-        raise TimeoutError(f"the registry did not answer: {(self.root / 'registry.log').read_text()[-1000:]}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
 
 
 def start_registry(root: Path, users: dict[str, str] | None = None) -> Registry:

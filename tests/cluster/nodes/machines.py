@@ -156,3 +156,55 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
             except OSError:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Registry:
+    """Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1, its storage in a directory of its own;
+    ``users``: ``{name: password}`` for basic auth (an htpasswd file of bcrypt hashes)."""
+
+    def __init__(self, root: Path, users: dict[str, str] | None = None):
+        self.root, self.port = root, free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        auth = ""
+        if users:
+            import bcrypt
+
+            (root / "htpasswd").write_text("".join(
+                f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n"
+                for user, password in users.items()))
+            auth = f"auth:\n  htpasswd:\n    realm: rollout-farm\n    path: {root / 'htpasswd'}\n"
+        (root / "config.yml").write_text(
+            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: {self.address}\n{auth}")
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "Registry":
+        import time
+        import urllib.error
+        import urllib.request
+
+        log = open(self.root / "registry.log", "w")
+        self.process = subprocess.Popen(["docker-registry", "serve", str(self.root / "config.yml")], stdout=log,
+                                        stderr=subprocess.STDOUT)
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2)
+                return self
+            except urllib.error.HTTPError:
+                return self  # 401: up, and asking for credentials
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(f"the registry did not answer: {(self.root / 'registry.log').read_text()[-1000:]}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()

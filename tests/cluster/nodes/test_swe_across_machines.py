@@ -182,7 +182,7 @@ def test_the_model_tier_runs_apart_from_the_sandboxes(ray_cluster, model_and_san
 
     model, sandbox = model_and_sandbox_machines
     address = ray_cluster.get_runtime_context().gcs_address
-    run = run_on_cluster(address, head_files, "serve.placement={model_node: 0.5}")  # two replicas on one node
+    run = run_on_cluster(address, head_files, config="across_machines.yaml")  # the README's config for this
     replicas: set[str] = set()
     deadline = time.monotonic() + 400
     while run.poll() is None and time.monotonic() < deadline:

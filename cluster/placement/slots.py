@@ -68,10 +68,10 @@ class Node:
     ran: int = 0
     lost_workers: list[str] = field(default_factory=list)
     sick: str | None = None
-    """Why the node gets no rollouts although it is alive (``cluster.workers.health``), or None."""
+    """Why the node gets no rollouts although it is alive (``cluster.placement.health``), or None."""
     strikes: int = 0
     images: set[str] = field(default_factory=set)
-    """The images the node holds, as far as the driver knows (``cluster.workers.locality``)."""
+    """The images the node holds, as far as the driver knows (``cluster.placement.locality``)."""
 
     @property
     def free(self) -> int:
