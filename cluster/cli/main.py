@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         return images_cli.main(argv[1:])
     if argv[:1] == ["gym"]:
         return gym_main(argv[1:])
+    if argv[:1] == ["dev-cluster"]:
+        from cluster.cli import dev_cluster
+
+        return dev_cluster.main(argv[1:])
     if argv[:1] in (["serve"], ["models"]):
         from cluster.cli import serve as serve_cli
 

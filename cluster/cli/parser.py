@@ -1,5 +1,6 @@
 """The ``rollout`` command's arguments: one subparser per subcommand (those that parse their own arguments,
-``images``, ``eval``, ``serve``, ``models``, ``gym``, ``report``, ``metrics``, are listed for ``--help`` only), and
+``images``, ``eval``, ``serve``, ``models``, ``gym``, ``dev-cluster``, ``report``, ``metrics``, are listed for
+``--help`` only), and
 ``GYM``, the ``rollout gym`` subcommands. ``main`` (``cluster.cli.main``) dispatches."""
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="deploy a config's serve section on Ray Serve; print its base URL", add_help=False)
     sub.add_parser("models", help="rollout models tiny DIR: the tiny CPU model", add_help=False)
     sub.add_parser("gym", help="NeMo Gym's contract: " + ", ".join(GYM), add_help=False)
+    sub.add_parser("dev-cluster", help="separate machines on this one (root): up --nodes N | status | down",
+                   add_help=False)
     sub.add_parser("report", help="write a run's report.html and summary.png again (rollout report --help)",
                    add_help=False)
     sub.add_parser("metrics", help="rollout metrics scrape-config: a Prometheus config for the farm's metrics",

@@ -1,9 +1,11 @@
 """Image locality: a rollout goes to a node that already holds its image, among the nodes with a free slot.
 
 What a node holds is what its worker listed when it started (``NodeWorker.info``) plus the image of every rollout
-sent there since (that rollout fetched or built it). A free node that holds the image of a rollout still waiting
-is left to that rollout, which takes it in the same round of wake-ups; a node is never left idle otherwise, so
-locality never starves a node: it only reorders who goes where.
+sent there since (that rollout fetched or built it). When a slot frees, the waiting rollouts take it in this order:
+one whose image the node holds; one whose image no node holds (it must be fetched somewhere); only then one whose
+image is on another, busy node (a second fetch of it). Whoever is passed over takes the node in the same round of
+wake-ups, so a free node is never left idle while rollouts wait: locality reorders who goes where, it never
+starves a node.
 """
 
 from __future__ import annotations
@@ -47,11 +49,20 @@ class ImageLocality:
         spare = [n for n in free if not self._reserved(n)]
         if not spare:
             return None
+        if self._new_images_waiting(nodes, image):
+            return None  # its image is on a busy node: a waiting rollout of an image no node has goes first
         self.misses += 1
         return max(spare, key=lambda n: (n.free, -len(n.images)))
 
     def _reserved(self, node: Any) -> bool:
         return any(count > 0 and image in node.images for image, count in self.wanting.items())
+
+    def _new_images_waiting(self, nodes: list[Any], image: str) -> bool:
+        """``image`` is held by a (busy) node while another waiting rollout's image is held by none: that one
+        has to be fetched somewhere anyway, this one would be fetched twice."""
+        held = set().union(*(n.images for n in nodes if n.alive))
+        return image in held and any(count > 0 and other != image and other not in held
+                                     for other, count in self.wanting.items())
 
     def sent(self, node: Any, image: str | None) -> None:
         if image is not None:

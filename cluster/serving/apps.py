@@ -66,6 +66,7 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
 
     # Quiet by default: an access-log line per model call drowns the run's progress (``serve.log_level``).
     quiet = {"log_level": section.log_level, "enable_access_log": False}
+    remote = remote or spans_machines()
     host = "0.0.0.0" if remote and section.host == "127.0.0.1" else section.host
     serve.start(http_options={"host": host, "port": section.port or free_port(host)}, logging_config=quiet)
     root = proxy_url(remote)
@@ -130,6 +131,13 @@ def forget_fingerprint(section: ServeSection | None) -> None:
         from cluster.session.ray_private import kv_del
 
         kv_del(FINGERPRINTS + section.name)
+
+
+def spans_machines() -> bool:
+    """The connected cluster has more than one node: its workers may run on other machines."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node.get("Alive")) > 1
 
 
 def proxy_url(remote: bool = False) -> str:

@@ -61,8 +61,14 @@ class RegistrySource:
         import docker
 
         repository, tag = split(self.remote(image))
+        layers: dict[str, int] = {}  # layer -> bytes downloaded (a layer the node has is "Already exists": none)
         try:
-            pulled = client.images.pull(repository, tag=tag, auth_config=credentials())
+            for event in client.api.pull(repository, tag=tag, stream=True, decode=True, auth_config=credentials()):
+                if event.get("error"):
+                    raise docker.errors.APIError(event["error"])
+                total = (event.get("progressDetail") or {}).get("total")
+                if event.get("status") == "Downloading" and total:
+                    layers[event.get("id", "")] = int(total)
         except docker.errors.NotFound:
             return None
         except docker.errors.APIError as exc:
@@ -71,9 +77,9 @@ class RegistrySource:
                 return None  # the registry has not got it: another source, or a build here
             raise ImageError(f"pulling {repository}:{tag} failed: {text}", retryable=True) from None
         local_repository, local_tag = split(image)
-        pulled.tag(local_repository, local_tag)
+        client.images.get(f"{repository}:{tag}").tag(local_repository, local_tag)
         client.api.remove_image(f"{repository}:{tag}", noprune=True)  # untag: the image keeps its own name
-        return int(pulled.attrs.get("Size") or 0)
+        return sum(layers.values())
 
     def push(self, image: str, client: Any, log: Callable[[str], Any] = print) -> None:
         """Push ``image`` (present here) as ``prefix/<image>``; an ``ImageError`` names what the registry said."""

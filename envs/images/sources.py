@@ -49,13 +49,28 @@ def installed() -> list[ImageSource]:
         return list(_sources)
 
 
+MAX_PARALLEL_FETCHES = 2
+"""Images fetched at a time in one process (a node's worker): the others wait their turn, so a node that starts
+many rollouts of new images at once does not saturate its link or its daemon."""
+_fetch_slots: threading.BoundedSemaphore | None = None
+
+
+def _slots() -> threading.BoundedSemaphore:
+    global _fetch_slots
+    with _guard:
+        if _fetch_slots is None:  # made on first use, not at import
+            _fetch_slots = threading.BoundedSemaphore(MAX_PARALLEL_FETCHES)
+        return _fetch_slots
+
+
 def fetch_image(image: str, client: Any, *, layered_only: bool = False) -> str | None:
     """Try the installed sources in order; the name of the one that brought ``image``, or None."""
     for source in installed():
         if layered_only and not source.layered:
             continue
-        began = time.monotonic()
-        moved = source.fetch(image, client)
+        with _slots():
+            began = time.monotonic()
+            moved = source.fetch(image, client)
         if moved is not None:
             with _guard:
                 _fetches.append(Fetch(image, source.name, round(time.monotonic() - began, 3), int(moved)))

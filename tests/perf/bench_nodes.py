@@ -3,8 +3,9 @@ and rollouts/s on 1, 2 and 3 nodes.
 
     python tests/perf/bench_nodes.py [--instances 20] [--samples 4] [--concurrency 12]
 
-Each scenario starts fresh machines (``tests/cluster/nodes/machines.py``: a Ray node with its own docker daemon and
-an empty image store, the head's files masked, one CPU each) beside a head in this process, and runs the SWE demo's
+Each scenario starts fresh machines (``cluster.dev.machines``, what ``rollout dev-cluster`` starts: a Ray node with
+its own docker daemon and an empty image store, the head's files masked, one CPU each) beside a head in this
+process, and runs the SWE demo's
 config on them from a driver on the head (``rollout run configs/swe_demo.yaml farm.node_resources={sandbox: 1}``)
 over ``--instances`` instances (the 12 of the bundled mini benchmark, then copies under new ids: each its own
 instance image) x ``--samples``:
@@ -27,6 +28,7 @@ import argparse
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,10 +37,9 @@ import uuid
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(PROJECT / "tests" / "cluster" / "nodes"))
 sys.path.insert(0, str(PROJECT))
 
-from machines import Machine, Registry  # noqa: E402
+from cluster.dev.machines import Machine, Registry  # noqa: E402
 
 
 def dataset(where: Path, instances: int) -> Path:
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                         "locality choose)")
     args = parser.parse_args(argv)
     import ray
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench still stops its machines
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     head = ray.get_runtime_context().gcs_address

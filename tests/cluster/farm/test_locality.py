@@ -44,3 +44,13 @@ def test_without_an_image_the_freest_node_is_chosen_and_a_full_cluster_waits():
     nodes = [node("a", capacity=2), node("b", capacity=3)]
     assert ImageLocality().choose(nodes, None).node_id == "b"
     assert ImageLocality().choose([node("a", used=1)], "img:1") is None
+
+
+def test_a_rollout_whose_image_is_on_a_busy_node_lets_a_new_image_go_first():
+    busy, free = node("a", images={"img:1"}, used=1), node("b")
+    locality = ImageLocality()
+    locality.wanting.update({"img:1": 1, "img:2": 1})  # both wait; img:2 is on no node
+    assert locality.choose([busy, free], "img:1") is None  # a second fetch of img:1 would be wasted
+    assert locality.choose([busy, free], "img:2") is free  # img:2 must be fetched somewhere anyway
+    locality.wanting["img:2"] -= 1
+    assert locality.choose([busy, free], "img:1") is free  # nobody else waits: the node is not left idle

@@ -12,7 +12,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from machines import Machine, Registry
+
+from cluster.dev.machines import Machine, Registry
 
 PROJECT = Path(__file__).resolve().parents[3]
 SANDBOX = {"sandbox": 1.0}

@@ -10,7 +10,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from machines import Machine
+
+from cluster.dev.machines import Machine, mount_namespace
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
 
@@ -62,3 +63,37 @@ def test_a_machine_that_dies_takes_its_daemon_and_processes_with_it(machine):
     assert node.pids() == []
     assert node.docker("info", timeout=20).returncode != 0
     assert node.gone(timeout=90), "Ray still lists the dead machine's node as alive"
+
+
+def test_dev_cluster_up_status_down(tmp_path):
+    """``rollout dev-cluster``: a head and a machine up, seen alive, then down with nothing left behind."""
+    import json
+    import sys
+
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("dockerd"):
+        why = "separate machines need root, unshare and dockerd"
+        pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "ROLLOUT_HOME": str(tmp_path / "home")}
+    env.pop("RAY_ADDRESS", None)
+
+    def rollout(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cluster", "dev-cluster", *args], env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    up = rollout("up", "--nodes", "1", "--port", "6393")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "farm.address=127.0.0.1:6393" in up.stdout
+        state = json.loads((tmp_path / "rollout-farm" / "dev-cluster.json").read_text())
+        again = rollout("up")
+        assert again.returncode == 2 and "already up" in again.stderr
+        status = rollout("status")
+        assert "dev_machine_1: alive" in status.stdout, status.stdout + status.stderr
+    finally:
+        down = rollout("down")
+    assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
+    namespaces = {m["namespace"] for m in state["machines"]} | {state["head"]["namespace"]}
+    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and mount_namespace(p.name) in namespaces]
+    assert left == []
+    links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+    assert state["machines"][0]["bridge"] not in links

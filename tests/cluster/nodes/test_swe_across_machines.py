@@ -96,6 +96,18 @@ def test_the_demo_resolves_on_fresh_machines_with_images_from_a_registry(ray_clu
         assert image_id(machine.docker, instance) == image_id(head_docker, instance)
         assert not any(t.startswith(registry.address) for t in tags)  # kept under the image's own name
         assert labelled(machine) == []
+    # the trainer API on the same machines, from this process: tasks whose bundles only the head has
+    from cluster import RolloutFarm
+    from rollout.data.dataset import load_tasks
+
+    tasks = load_tasks(dataset / "swe_mini.jsonl")[:3]
+    overrides = ["farm.node_resources={sandbox: 1}", f"images.registry={prefix}", "serve.name=trainer-across",
+                 "serve.route_prefix=/trainer-across"]
+    with RolloutFarm.from_config(str(PROJECT / "configs" / "swe_demo.yaml"), overrides) as farm:
+        batch = farm.generate(tasks, n=2)
+    assert batch.rewards == [[1.0, 1.0]] * 3, batch.describe()
+    ran_on = {r.node_id for group in batch.groups for r in group.results}
+    assert ran_on and ran_on <= {m.node_id() for m in two_machines}
 
 
 def test_a_wrong_registry_credential_is_one_error_before_work_starts(ray_cluster, head_files, tmp_path):

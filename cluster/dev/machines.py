@@ -1,4 +1,5 @@
-"""Separate machines on this one, for tests of the farm across nodes: each ``Machine`` is a Ray node with its own
+"""Separate machines on this one (``rollout dev-cluster``, the tests and the bench of the farm across nodes): each
+``Machine`` is a Ray node with its own
 docker daemon (its own data root, exec root, socket and bridge: an empty image store), its own view of the
 filesystem (a mount namespace where the head's directories are masked by a tmpfs) and its own CPUs. Killing one
 kills every process in its mount namespace: the raylet, its workers and its daemon, as a machine that dies.
@@ -69,7 +70,7 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
         subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
         subprocess.run(["ip", "addr", "add", self.subnet, "dev", self.bridge], check=True)
         subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
-        project = str(Path(__file__).resolve().parents[3])  # the node's workers import the project from its tree
+        project = str(Path(__file__).resolve().parents[2])  # the node's workers import the project from its tree
         pythonpath = os.pathsep.join(p for p in (project, os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "DOCKER_HOST": self.docker_host, "RAY_AUTH_MODE": "token", "PYTHONPATH": pythonpath}
         env.pop("RAY_ADDRESS", None)
@@ -90,6 +91,17 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
         import ray
 
         return any(n.get("Alive") and n.get("Resources", {}).get(self.name) for n in ray.nodes())
+
+    def state(self) -> dict:
+        """What ``from_state`` needs to find this machine again from another process (to stop it)."""
+        return {"name": self.name, "root": str(self.root), "bridge": self.bridge, "namespace": self.namespace,
+                "head": self.head, "cgroup": self.cgroup}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Machine":
+        machine = cls(state["name"], 0, state["head"], Path(state["root"]), masked=[])
+        machine.bridge, machine.namespace, machine.cgroup = state["bridge"], state["namespace"], state["cgroup"]
+        return machine
 
     def node_id(self) -> str | None:
         import ray
