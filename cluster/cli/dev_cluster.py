@@ -69,9 +69,9 @@ def up(args: argparse.Namespace) -> int:
     address = f"127.0.0.1:{args.port}"
     state = {"address": address, "head": head, "machines": []}
     STATE.parent.mkdir(parents=True, exist_ok=True)
+    os.environ["RAY_AUTH_MODE"] = "token"  # before Ray is imported: it reads the mode then
     import ray
 
-    os.environ["RAY_AUTH_MODE"] = "token"
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         for index in range(1, args.nodes + 1):
@@ -138,7 +138,7 @@ def down(args: argparse.Namespace) -> int:
     if not STATE.exists():
         print("no dev cluster is up")
         return 0
-    from cluster.dev.machines import Machine, mount_namespace
+    from cluster.dev.machines import Machine, kill_until_gone, namespace_pids
 
     state = json.loads(STATE.read_text())
     for entry in state["machines"]:
@@ -147,14 +147,7 @@ def down(args: argparse.Namespace) -> int:
         subprocess.run(["ip", "link", "del", machine.bridge], capture_output=True)
         shutil.rmtree(machine.root, ignore_errors=True)
     head = state.get("head") or {}
-    if head.get("namespace") and head["namespace"] != mount_namespace("self"):
-        pids = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and mount_namespace(p.name) ==
-                head["namespace"]]
-        for pid in pids:
-            try:
-                os.kill(int(pid), 9)
-            except ProcessLookupError:
-                pass
+    kill_until_gone(lambda: namespace_pids(head.get("namespace")))
     STATE.unlink()
     print(f"dev cluster down: {len(state['machines'])} machine(s) and the head stopped")
     return 0

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 
 def mount_namespace(pid: int | str) -> str | None:
@@ -26,6 +27,28 @@ def mount_namespace(pid: int | str) -> str | None:
         return os.readlink(f"/proc/{pid}/ns/mnt")
     except OSError:
         return None
+
+
+def namespace_pids(namespace: str | None) -> list[int]:
+    """Every process in mount namespace ``namespace`` (never this process's own: nothing outside is touched)."""
+    if namespace is None or namespace == mount_namespace("self"):
+        return []
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and mount_namespace(p.name) == namespace]
+
+
+def kill_until_gone(pids: Callable[[], list[int]], timeout: float = 10.0) -> None:
+    """SIGKILL what ``pids()`` lists until it lists nothing (a process may start one more while it dies)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = pids()
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
 
 
 class Machine:
@@ -125,10 +148,7 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
     def pids(self) -> list[int]:
         """Every process in this machine's mount namespace (never this process's own: nothing outside the machine
         is ever killed)."""
-        if self.namespace is None or self.namespace == mount_namespace("self"):
-            return []
-        return [int(p.name) for p in Path("/proc").iterdir()
-                if p.name.isdigit() and mount_namespace(p.name) == self.namespace]
+        return namespace_pids(self.namespace)
 
     def container_pids(self) -> list[int]:
         """The processes of the daemon's containers (every controller's view of its cgroup parent)."""
@@ -143,16 +163,7 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
     def kill(self) -> None:
         """The machine dies: every process in its namespace is killed at once (its raylet, workers, daemon), and the
         processes of its containers with them."""
-        for _ in range(3):
-            pids = self.pids() + self.container_pids()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.3)
+        kill_until_gone(lambda: self.pids() + self.container_pids())
         if self.process is not None:
             self.process.wait(timeout=30)
 

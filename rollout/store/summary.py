@@ -125,9 +125,9 @@ def format_table(summary: dict[str, Any]) -> str:
     moved = (summary.get("transfers") or {}).get("total") or {}
     if moved.get("images") or moved.get("file_bytes"):
         nodes = summary["transfers"]["by_node"]
-        rows.append(("moved to nodes", f"{moved['images']} images ({moved['bytes'] / 1e6:.0f} MB in "
-                                       f"{moved['seconds']:.1f}s), files {moved['file_bytes'] / 1e6:.1f} MB; images "
-                                       "per node: " + ", ".join(f"{n[:8]} {v['images']}" for n, v in nodes.items())))
+        rows.append(("moved to nodes", f"{moved['images']} images ({_size(moved['bytes'])} in {moved['seconds']:.1f}s)"
+                                       f", files {_size(moved['file_bytes'])}; images per node: "
+                                       + ", ".join(f"{n[:8]} {v['images']}" for n, v in nodes.items())))
     rows.append(("steps mean", _num(summary["steps_mean"], 1)))
     rows.append(("tokens", f"{summary['tokens']['total']}"))
     if summary.get("rollouts_per_second"):
@@ -161,6 +161,10 @@ def _retried(latest: list[RolloutResult]) -> dict[str, Any]:
             cost["seconds"] = round(cost["seconds"] + (a.seconds or 0.0), 3)
     return {"attempts": len(earlier), "seconds": round(sum(a.seconds or 0.0 for a in earlier), 3),
             "by_exit_reason": count_by(a.exit_reason.value for a in earlier), "by_node": by_node}
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e6:.0f} MB" if count >= 1e6 else f"{count / 1e3:.0f} kB"
 
 
 def _num_steps(r: RolloutResult) -> int:
