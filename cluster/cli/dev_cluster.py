@@ -148,6 +148,10 @@ def down(args: argparse.Namespace) -> int:
         shutil.rmtree(machine.root, ignore_errors=True)
     head = state.get("head") or {}
     kill_until_gone(lambda: namespace_pids(head.get("namespace")))
+    current = Path("/tmp/ray/ray_current_cluster")  # `ray start` wrote it; a plain ray.init() would join a dead head
+    port = state["address"].rsplit(":", 1)[1]
+    if current.is_file() and current.read_text().strip().endswith(f":{port}"):
+        current.unlink()
     STATE.unlink()
     print(f"dev cluster down: {len(state['machines'])} machine(s) and the head stopped")
     return 0

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench still stops its machines
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never a cluster found here
     head = ray.get_runtime_context().gcs_address
     root = Path(tempfile.mkdtemp(prefix="bench-nodes-"))
     (root / "registry").mkdir()
