@@ -116,7 +116,8 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
 COMMANDS = ["rollout", "rollout run", "rollout status", "rollout repair", "rollout images", "rollout images base",
             "rollout images build", "rollout images prune", "rollout eval", "rollout serve", "rollout models",
             "rollout models tiny", "rollout gym", "rollout gym serve", "rollout gym collect", "rollout gc",
-            "rollout fake-server", "rollout report", "rollout metrics", "rollout metrics scrape-config"]
+            "rollout fake-server", "rollout report", "rollout metrics", "rollout metrics scrape-config",
+            "rollout dev-cluster", "rollout dev-cluster up", "rollout dev-cluster status", "rollout dev-cluster down"]
 
 
 def test_the_walk_reaches_every_subcommand():
