@@ -16,7 +16,7 @@ from typing import Any, Callable
 from envs.images.base_image import ImageError, docker_client, ensure_image, image_present, last_lines
 from envs.images.image_gc import LABEL, prune_instance_images, recently_used, record_use
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
-from envs.images.sources import fetch_image
+from envs.images.sources import Slots, fetch_image
 from envs.runtimes.output import decode
 from rollout.data.carried import local_path
 from rollout.data.dataset import load_tasks
@@ -192,15 +192,7 @@ def set_node_budget(budget_bytes: int | None) -> None:
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
-_build_slots: threading.BoundedSemaphore | None = None
-
-
-def _slots() -> threading.BoundedSemaphore:
-    global _build_slots
-    with _locks_guard:
-        if _build_slots is None:  # made on first use, not at import
-            _build_slots = threading.BoundedSemaphore(MAX_PARALLEL_BUILDS)
-        return _build_slots
+_build_slots = Slots(MAX_PARALLEL_BUILDS)
 
 
 def ensure_instance_image(task: Task, base: str = DEFAULT_BASE_IMAGE, network: bool = False,
@@ -225,7 +217,7 @@ def ensure_instance_image(task: Task, base: str = DEFAULT_BASE_IMAGE, network: b
                 if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
                     if not image_present(client, base):
                         ensure_image(base, client)
-                    with _slots():
+                    with _build_slots:
                         _build_one(task, Path("/"), base, False, network)
                 else:
                     ensure_image(tag, client)

@@ -52,15 +52,25 @@ def installed() -> list[ImageSource]:
 MAX_PARALLEL_FETCHES = 2
 """Images fetched at a time in one process (a node's worker): the others wait their turn, so a node that starts
 many rollouts of new images at once does not saturate its link or its daemon."""
-_fetch_slots: threading.BoundedSemaphore | None = None
 
 
-def _slots() -> threading.BoundedSemaphore:
-    global _fetch_slots
-    with _guard:
-        if _fetch_slots is None:  # made on first use, not at import
-            _fetch_slots = threading.BoundedSemaphore(MAX_PARALLEL_FETCHES)
-        return _fetch_slots
+class Slots:
+    """At most ``count`` holders at once, the semaphore made on first use (nothing happens at import)."""
+
+    def __init__(self, count: int):
+        self.count, self._semaphore, self._made = count, None, threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._made:
+            if self._semaphore is None:
+                self._semaphore = threading.BoundedSemaphore(self.count)
+        self._semaphore.acquire()
+
+    def __exit__(self, *_: Any) -> None:
+        self._semaphore.release()
+
+
+_fetch_slots = Slots(MAX_PARALLEL_FETCHES)
 
 
 def fetch_image(image: str, client: Any, *, layered_only: bool = False) -> str | None:
@@ -68,7 +78,7 @@ def fetch_image(image: str, client: Any, *, layered_only: bool = False) -> str |
     for source in installed():
         if layered_only and not source.layered:
             continue
-        with _slots():
+        with _fetch_slots:
             began = time.monotonic()
             moved = source.fetch(image, client)
         if moved is not None:

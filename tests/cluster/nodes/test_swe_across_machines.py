@@ -129,18 +129,22 @@ def test_a_wrong_registry_credential_is_one_error_before_work_starts(ray_cluster
     assert not (head_files / "run" / "results.jsonl").exists() or results(head_files) == []
 
 
-def test_a_machine_that_dies_mid_run_loses_nothing(ray_cluster, two_machines, head_files):
+def results_reach(run, head_files, count: int, timeout: float = 600) -> None:
+    """Wait until the run has written ``count`` result lines (or ended)."""
     import time
 
+    path, deadline = head_files / "run" / "results.jsonl", time.monotonic() + timeout
+    while time.monotonic() < deadline and run.poll() is None:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.5)
+
+
+def test_a_machine_that_dies_mid_run_loses_nothing(ray_cluster, two_machines, head_files):
     address = ray_cluster.get_runtime_context().gcs_address
     run = run_on_cluster(address, head_files, "run.max_attempts=3")
     survivor, victim = two_machines
-    path = head_files / "run" / "results.jsonl"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and run.poll() is None:
-        if path.exists() and len(path.read_text().splitlines()) >= 6:  # about half way
-            break
-        time.sleep(0.5)
+    results_reach(run, head_files, 6)  # about half way
     assert run.poll() is None, "the run ended before the machine could be killed"
     lost = victim.node_id()
     victim.kill()
@@ -157,17 +161,11 @@ def test_a_machine_that_dies_mid_run_loses_nothing(ray_cluster, two_machines, he
 def test_a_node_whose_docker_daemon_dies_gets_no_more_rollouts(ray_cluster, two_machines, head_files):
     import os
     import signal
-    import time
 
     address = ray_cluster.get_runtime_context().gcs_address
     run = run_on_cluster(address, head_files, "run.max_attempts=3")
     survivor, victim = two_machines
-    path = head_files / "run" / "results.jsonl"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and run.poll() is None:
-        if path.exists() and len(path.read_text().splitlines()) >= 4:
-            break
-        time.sleep(0.5)
+    results_reach(run, head_files, 4)
     sick = victim.node_id()
     os.kill(int((victim.root / "docker.pid").read_text()), signal.SIGKILL)  # the daemon only: its raylet lives
     out = finished(run)
