@@ -64,6 +64,8 @@ class Node:
     """``<hostname>:<pid>`` of the live worker process."""
     generation: int = 0
     alive: bool = True
+    unreachable_at: float | None = None
+    """When the farm gave up on the node while Ray still listed it (``cluster.workers.membership``), or None."""
     starting: asyncio.Task | None = None
     ran: int = 0
     lost_workers: list[str] = field(default_factory=list)

@@ -6,6 +6,7 @@ schedules rollouts on the nodes this keeps."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import ray
 
@@ -19,6 +20,9 @@ NODE_REFRESH_INTERVAL = 5.0
 """Seconds between looks at the cluster's node list (joined and lost nodes)."""
 WORKER_START_TIMEOUT = 120.0
 """Seconds a new worker actor may take to answer its first call."""
+UNREACHABLE_RETRY = 30.0
+"""Seconds before a node the farm gave up on (its worker died, a new one could not start) while Ray still lists it
+gets another worker: Ray notices a dead machine only after its missed heartbeats, often after the run ended."""
 
 
 class NodeMembership:
@@ -52,8 +56,13 @@ class NodeMembership:
             if node.alive and node.node_id not in alive:
                 node.alive = False
                 if node.index == 0:
-                        print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
+                    print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
                           file=self.out, flush=True)
+            elif not node.alive and node.node_id in alive and node.unreachable_at is not None \
+                    and time.monotonic() - node.unreachable_at > UNREACHABLE_RETRY:
+                node.alive, node.unreachable_at = True, None  # Ray still lists it: one more try
+                if node.actor is None and node.starting is None:
+                    self._start_worker(node)
             elif node.alive and node.actor is None and node.starting is None:
                 self._start_worker(node)
         await self._notify()
@@ -72,6 +81,8 @@ class NodeMembership:
                 ray.kill(actor, no_restart=True)
                 print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
                       f"{type(exc).__name__}: {first_line(exc)}", file=self.out, flush=True)
+                if node.lost_workers and node.alive and node.generation == generation:
+                    self._unreachable(node.node_id)
             else:
                 if node.generation == generation:
                     node.actor, node.worker = actor, info["worker"]
@@ -84,6 +95,16 @@ class NodeMembership:
                 await self._notify()
 
         node.starting = asyncio.create_task(start())
+
+    def _unreachable(self, node_id: str) -> None:
+        """A worker died on the node and a new one cannot start there: the farm counts the node as gone now
+        rather than when Ray's heartbeat check says so (tens of seconds later), and tries it again if Ray still
+        lists it after ``UNREACHABLE_RETRY`` seconds."""
+        for node in self.nodes.values():
+            if node.node_id == node_id and node.alive:
+                node.alive, node.unreachable_at = False, time.monotonic()
+        print(f"[farm] node {node_id[:8]} left the cluster (its worker died and a new one cannot start there); "
+              "its rollouts run elsewhere", file=self.out, flush=True)
 
     def _worker_lost(self, node: Node, generation: int, exc: BaseException) -> None:
         if node.generation != generation or node.actor is None:
