@@ -189,6 +189,10 @@ class Composer:
             config = config.model_copy(update={"base_url": base_url})
         return build(Component(comp.cls, config), tasks=self.tasks)
 
+    def model_url(self, base_url: str | None = None) -> str | None:
+        """The URL ``build_model(base_url)`` talks to; None for a model without one (scripted, in process)."""
+        return base_url if base_url is not None else getattr(self.model_component.config, "base_url", None)
+
     def parts(self, task: Task, meta: RequestMeta | None = None) -> RolloutParts:
         profile = self.profiles[task.data.get("profile")]
         env = self._environment(profile, meta or RequestMeta(task_id=task.task_id))

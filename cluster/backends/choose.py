@@ -80,7 +80,7 @@ async def start_backend(kind: str | None, source: Any, *, run_id: str, concurren
             if close is not None:
                 await close()
 
-        return LocalBackend(source.composer, model), close_local
+        return LocalBackend(source.composer, model, source.model_url), close_local
     if kind != "ray":
         raise ConfigError(f"must be 'ray' or 'local', got {kind!r}", "farm.backend")
     from cluster.placement.slots import Resources

@@ -15,19 +15,20 @@ from rollout.runner import failure_result, run_rollout
 
 
 class LocalBackend(Backend):
-    def __init__(self, composer: Composer, model: Model):
+    def __init__(self, composer: Composer, model: Model, model_url: str | None = None):
         self.composer = composer
-        self.model = model
+        self.model, self.model_url = model, model_url
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         try:
             parts = self.composer.parts(task, meta)
         except Exception as exc:  # noqa: BLE001 - one rollout's broken parts never stop the others
-            return failure_result(task, meta, exc)
-        return await run_rollout(
-            task, parts.agent, self.model, parts.env,
-            verifier=parts.verifier, meta=meta, limits=parts.limits, observers=observers,
-        )
+            result = failure_result(task, meta, exc)
+        else:
+            result = await run_rollout(task, parts.agent, self.model, parts.env, verifier=parts.verifier, meta=meta,
+                                       limits=parts.limits, observers=observers)
+        result.model_url = result.model_url or self.model_url
+        return result
 
 
 class InProcessBackend(Backend):

@@ -35,6 +35,11 @@ class ConfigSource:
     def build_model(self) -> Model:
         return self.composer.build_model(self.base_url)
 
+    @property
+    def model_url(self) -> str | None:
+        """Where the model built now sends its calls (recorded on each result)."""
+        return self.composer.model_url(self.base_url)
+
     def parts(self, task: Task, meta: RequestMeta) -> RolloutParts:
         self.composer.bind_tasks([task])  # in-process scripted models look tasks up by id
         return self.composer.parts(task, meta)
@@ -51,6 +56,9 @@ class ObjectSource:
         self.model, self.agent = model, agent
         self.env_factory, self.verifier_factory = env_factory, verifier_factory
         self.limits = limits
+
+    model_url = None
+    """The trainer's own model object: the farm cannot tell where it sends its calls."""
 
     def build_model(self) -> Model:
         return self.model if hasattr(self.model, "complete") else self.model()
@@ -145,6 +153,7 @@ class RolloutWorker:
                 self.tracker.finish(key)
         self.finished += 1
         result.node_id, result.worker = self.node_id or None, self.ident
+        result.model_url = result.model_url or self.source.model_url
         return result
 
     # ---- many rollouts per call: the Ray backend's protocol (cluster.workers.channel) -------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import traceback as _traceback
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_serializer, model_validator
 
 from rollout.errors import ExitReason, is_retryable
 from rollout.records.base import Record
@@ -64,6 +64,21 @@ class AttemptRecord(Record):
 
 Status = Literal["completed", "infra_failed"]
 
+FAILURE_CAUSES: dict[ExitReason, str] = {
+    ExitReason.STEP_LIMIT: "agent_exhausted_budget", ExitReason.TOKEN_LIMIT: "agent_exhausted_budget",
+    ExitReason.TIME_LIMIT: "agent_exhausted_budget", ExitReason.FORMAT_ERRORS: "agent_exhausted_budget",
+    ExitReason.ALL_TOOLS_FAILED: "agent_exhausted_budget", ExitReason.MODEL_ERROR: "model_provider_failed",
+    ExitReason.RUNTIME_ERROR: "sandbox_failed", ExitReason.CONTAINER_START_FAILED: "sandbox_failed",
+    ExitReason.ENVIRONMENT_ERROR: "sandbox_failed", ExitReason.VERIFIER_ERROR: "verifier_failed",
+    ExitReason.WORKER_DIED: "harbor_failed", ExitReason.INTERNAL_ERROR: "harbor_failed",
+    ExitReason.DEADLINE_EXCEEDED: "cancelled",
+}
+"""Harbor's failure cause (``FailureCause``) of each exit reason that is a failure; the task outcomes that are not
+(submitted, natural completion, environment done) have none. Harbor's rule: the reward is a valid measurement
+when nothing failed or the agent exhausted its own budget."""
+DERIVED = ("failure_cause", "reward_valid")
+"""Keys every results.jsonl line carries beside the fields, derived from the exit reason (dropped on reading)."""
+
 
 class RolloutResult(Record):
     """One finished (task, sample): the line a run appends to results.jsonl."""
@@ -97,6 +112,33 @@ class RolloutResult(Record):
     """The farm node (Ray node id) that ran this attempt; None when it ran in the driver's process."""
     worker: str | None = None
     """``<hostname>:<pid>`` of the worker process that ran it."""
+    model_url: str | None = None
+    """The API root (``.../v1``) the rollout's model calls went to: the model section's ``base_url``, or the URL the
+    run set at run time (its Serve app's, its fake server's); None for a model in the worker's process."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_derived(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(key in data for key in DERIVED):
+            data = {k: v for k, v in data.items() if k not in DERIVED}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _with_derived(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        out["failure_cause"] = self.failure_cause
+        out["reward_valid"] = self.reward_valid
+        return out
+
+    @property
+    def failure_cause(self) -> str | None:
+        """Harbor's name for what ended the rollout when it was a failure (``FAILURE_CAUSES``), else None."""
+        return FAILURE_CAUSES.get(ExitReason(self.exit_reason))
+
+    @property
+    def reward_valid(self) -> bool:
+        """Whether the reward measures the agent: it completed, with no failure or only its budget spent."""
+        return self.status == "completed" and self.failure_cause in (None, "agent_exhausted_budget")
 
     @property
     def is_infrastructure_failure(self) -> bool:

@@ -1,8 +1,9 @@
-"""A rollout as the ``.traj.json`` mini-swe-agent 2.4.6 writes (format "mini-swe-agent-1.1"), for the tools that
-read those: its inspector, analysis scripts, leaderboard checks."""
+"""A rollout as a ``.traj.json`` in the shape mini-swe-agent 2.4.6 writes (format "mini-swe-agent-1.1"), for the
+tools that read those: its inspector, analysis scripts, leaderboard checks. The messages are ``traj_messages``."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import tempfile
@@ -10,12 +11,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from envs.swe.reports.traj_messages import messages_with_extra
 from rollout.errors import ExitReason
-from rollout.records import Action, Message, Observation, RolloutResult, Step, Trajectory
+from rollout.records import RolloutResult
 
 TRAJECTORY_FORMAT = "mini-swe-agent-1.1"
 MINI_SWE_AGENT_VERSION = "2.4.6"
-"""The mini-swe-agent release whose trajectory files these match (``info.mini_version``)."""
+"""The mini-swe-agent release whose trajectory files these match (``info.format_of``). ``info.mini_version`` (the
+release that wrote a file) is null: mini-swe-agent did not write ours; ``info.written_by`` says who did."""
+WRITER = "rollout-farm"
 EXIT_STATUS = {
     ExitReason.SUBMITTED: "Submitted",
     ExitReason.STEP_LIMIT: "LimitsExceeded",
@@ -40,8 +44,11 @@ def to_mini_swe_traj(result: RolloutResult | Mapping[str, Any], *,
     ``extra``: a reply's ``actions`` and ``timestamp``, an observation's ``raw_output``, ``returncode`` and
     ``timestamp``, a format error's ``interrupt_type``; then a last ``exit`` message with the exit status and
     the submission. ``config`` is the run's config (see ``info_config``). ``info`` also carries what
-    mini-swe-agent has no field for: our exit reason, reward, resolved, ids, usage, timings. A dict is read as a
-    ``RolloutResult`` (a results.jsonl line's extra keys are ignored)."""
+    mini-swe-agent has no field for: who wrote the file (``written_by``; ``mini_version`` is null, as no
+    mini-swe-agent release wrote it), our exit reason, reward, resolved, ids, usage, timings. ``model.base_url`` in
+    ``info.config`` is the URL the rollout's calls went to (``result.model_url``: a Serve app's, set at run time),
+    not the section's default. A dict is read as a ``RolloutResult`` (a results.jsonl line's extra keys are
+    ignored)."""
     if not isinstance(result, RolloutResult):
         result = RolloutResult.model_validate({k: v for k, v in result.items() if k in RolloutResult.model_fields})
     trajectory = result.trajectory
@@ -50,14 +57,19 @@ def to_mini_swe_traj(result: RolloutResult | Mapping[str, Any], *,
     failure = {}
     if result.error is not None:
         failure = {"traceback": result.error.traceback, "exception_str": result.error.message}
+    config = dict(config or {})
+    if result.model_url and isinstance(config.get("model"), dict):
+        config["model"] = {**config["model"], "base_url": result.model_url}
     info: dict[str, Any] = {
         # No prices here (served models, trainers): the cost is 0; one step is one model call.
         "model_stats": {"instance_cost": 0.0, "api_calls": len(trajectory.steps)},
         "config": info_config(config),
-        "mini_version": MINI_SWE_AGENT_VERSION,
+        "mini_version": None,
         "exit_status": status,
         "submission": submission,
         **failure,
+        "written_by": f"{WRITER} {_version()}",
+        "format_of": f"mini-swe-agent {MINI_SWE_AGENT_VERSION}",
         "exit_reason": result.exit_reason.value,
         "status": result.status,
         "reward": result.reward,
@@ -129,93 +141,6 @@ def info_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return {**out, **rest}
 
 
-def messages_with_extra(trajectory: Trajectory) -> list[Message]:
-    """The conversation, each message a copy with a string ``content`` and, when a step recorded it, the
-    ``extra`` mini-swe-agent gives it. A step's reply is found by equality; the messages after it until the
-    next reply are its observations (by tool call id, else in order) or its format error's feedback."""
-    replies: dict[int, Step] = {}
-    steps = trajectory.steps
-    for i, message in enumerate(trajectory.messages):
-        if len(replies) < len(steps) and message == steps[len(replies)].message:
-            replies[i] = steps[len(replies)]
-    out: list[Message] = []
-    step: Step | None = None
-    after = 0
-    for i, message in enumerate(trajectory.messages):
-        copy = _message(message)
-        extra: dict[str, Any] | None = None
-        if i in replies:
-            step, after = replies[i], 0
-            extra = _reply_extra(step)
-        elif step is not None:
-            extra = _follower_extra(step, after, copy)
-            after += 1
-        if extra is not None:
-            copy["extra"] = {**extra, **(copy.get("extra") or {})}
-        out.append(copy)
-    return out
-
-
-def _reply_extra(step: Step) -> dict[str, Any]:
-    return {"actions": [_action(a) for a in step.actions], "cost": 0.0, "timestamp": _reply_time(step),
-            "finish_reason": step.finish_reason, "usage": step.usage.model_dump()}
-
-
-def _follower_extra(step: Step, index: int, message: Message) -> dict[str, Any] | None:
-    if step.format_error is not None:
-        return {"interrupt_type": "FormatError", "model_response": _message(step.message)["content"]}
-    times = _observation_times(step)
-    call_id = message.get("tool_call_id")
-    for j, obs in enumerate(step.observations):
-        if call_id is not None and obs.call_id == call_id:
-            return _observation_extra(obs, times[j])
-    if index < len(step.observations):
-        return _observation_extra(step.observations[index], times[index])
-    return None
-
-
-def _action(action: Action) -> dict[str, Any]:
-    command = action.arguments.get("command")
-    out: dict[str, Any] = {"command": command} if isinstance(command, str) else {
-        "name": action.name, "arguments": action.arguments}
-    if action.call_id is not None:
-        out["tool_call_id"] = action.call_id
-    return out
-
-
-def _observation_extra(obs: Observation, timestamp: float) -> dict[str, Any]:
-    """What mini-swe-agent keeps of a command's run, from what our environment recorded in ``info``."""
-    info = obs.info
-    timed_out = bool(info.get("timed_out"))
-    returncode = info.get("returncode")
-    if returncode is None:
-        returncode = -1 if timed_out else 0 if obs.success else 1
-    exception = ""
-    if timed_out:
-        limit = info.get("timeout")
-        exception = "the command timed out" + (f" after {limit:g} seconds" if isinstance(limit, (int, float)) else "")
-    rest = {k: v for k, v in info.items() if k not in ("returncode", "command")}
-    return {"raw_output": obs.content, "returncode": returncode, "timestamp": timestamp, "exception_info": exception,
-            **rest}
-
-
-def _reply_time(step: Step) -> float:
-    """When the reply arrived: the model call's start plus its duration."""
-    return step.started_at + step.model_seconds
-
-
-def _observation_times(step: Step) -> list[float]:
-    """When each action finished: after the reply, one duration after another (the step's time split evenly
-    when an observation has none)."""
-    now, share = _reply_time(step), step.env_seconds / max(1, len(step.observations))
-    times = []
-    for obs in step.observations:
-        duration = obs.info.get("duration")
-        now += float(duration) if isinstance(duration, (int, float)) else share
-        times.append(now)
-    return times
-
-
 def _without_secrets(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _without_secrets(v) for k, v in value.items()
@@ -225,12 +150,8 @@ def _without_secrets(value: Any) -> Any:
     return value
 
 
-def _message(message: Message) -> Message:
-    """A copy whose content is a string: text parts joined, none as ""."""
-    out = dict(message)
-    content = out.get("content")
-    if content is None:
-        out["content"] = ""
-    elif isinstance(content, list):
-        out["content"] = "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return out
+def _version() -> str:
+    try:
+        return importlib.metadata.version(WRITER)
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"

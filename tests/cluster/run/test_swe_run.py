@@ -3,6 +3,7 @@ with the files SWE users read; `rollout eval` agrees with the run."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,12 @@ def test_empty_policy_resolves_nothing_on_the_local_runtime(tmp_path):
 
 
 def test_gold_on_the_local_runtime_resolves(tmp_path):
-    swe_run(tmp_path, "run_id=swe_local", "runtime={type: local}", "dataset.slice=3:5")
+    out = swe_run(tmp_path, "run_id=swe_local", "runtime={type: local}", "dataset.slice=3:5")
     rows = results(tmp_path / "swe_local")
     assert len(rows) == 2 and all(r["reward"] == 1.0 for r in rows)
+    # the trajectories name the model URL the run set when it started its scripted server, not the config's default
+    url = re.search(r"serving the scripted policy 'gold' at (\S+)", out.stderr)[1]
+    assert url != "http://127.0.0.1:8000/v1" and all(r["model_url"] == url for r in rows)
+    for path in (tmp_path / "swe_local" / "trajectories").rglob("*.traj.json"):
+        info = json.loads(path.read_text())["info"]
+        assert info["config"]["model"]["base_url"] == url and info["written_by"].startswith("rollout-farm ")

@@ -4,6 +4,7 @@ with the files mini-swe-agent writes itself."""
 
 import asyncio
 import json
+import re
 
 import pytest
 
@@ -43,7 +44,9 @@ def test_a_submitted_rollout_in_the_mini_swe_agent_shape(tmp_path):
     assert list(data) == ["info", "messages", "trajectory_format", "instance_id"]
     assert data["trajectory_format"] == "mini-swe-agent-1.1" and data["instance_id"] == TASK.task_id
     info = data["info"]
-    assert info["mini_version"] == "2.4.6"
+    # we wrote it, in mini-swe-agent 2.4.6's format: no mini-swe-agent release is claimed as the writer
+    assert info["mini_version"] is None and info["format_of"] == "mini-swe-agent 2.4.6"
+    assert re.fullmatch(r"rollout-farm \S+", info["written_by"]) and "2.4.6" not in info["written_by"]
     assert info["exit_status"] == "Submitted" and info["submission"] == "hello\n"
     assert info["model_stats"] == {"instance_cost": 0.0, "api_calls": 3}
     assert info["resolved"] is True and info["reward"] == 1.0 and info["run_id"] == "r1"
@@ -58,6 +61,12 @@ def test_a_submitted_rollout_in_the_mini_swe_agent_shape(tmp_path):
     replies = [m["extra"] for m in messages if m["role"] == "assistant"]
     assert [r["actions"] for r in replies] == [[{"command": "echo hello > hello.txt"}], [{"command": "exit 3"}],
                                                [{"command": f"echo {SENTINEL} && cat hello.txt"}]]
+    for reply, step in zip([m for m in messages if m["role"] == "assistant"], result.trajectory.steps):
+        response = reply["extra"]["response"]  # the model's response, where mini-swe-agent keeps the provider's
+        assert response["object"] == "chat.completion" and response["usage"] == step.usage.model_dump()
+        assert response["choices"] == [{"index": 0, "message": step.message, "finish_reason": step.finish_reason,
+                                        "token_ids": step.completion_token_ids}]  # as vLLM returns them
+        assert response["choices"][0]["message"]["content"] == reply["content"]
     outputs = [m["extra"] for m in messages[3:6:2]]
     assert [(o["returncode"], o["raw_output"], o["exception_info"]) for o in outputs] == [(0, "", ""), (3, "", "")]
     stamps = [m["extra"]["timestamp"] for m in messages[2:7]]
@@ -138,6 +147,7 @@ def test_a_swe_run_writes_instance_named_files_and_empty_patches_as_empty_string
               "model": {"type": "openai", "model": "m", "api_key": "sk-1", "extra_headers": {"Authorization": "k"}}}
     store = RunStore(tmp_path / "run").open(config, {})
     submitted = rollout([bash(f"echo {SENTINEL} && echo diff")], max_steps=3)
+    submitted.model_url = "http://10.0.0.7:8000/scripted/v1"  # the URL the run set at run time (a Serve app's)
     unsubmitted = rollout([bash("echo one")], sample=1, max_steps=1)
     for result in (submitted, unsubmitted):
         details = {"tests_status": {}, "resolved": False, "model_patch": result.submission}
@@ -162,6 +172,8 @@ def test_a_swe_run_writes_instance_named_files_and_empty_patches_as_empty_string
     assert "system_template" in cfg["agent"]  # defaults filled in, as mini-swe-agent dumps its config
     assert cfg["model_type"] == "rollout.models.client.model.OpenAIModel" and cfg["model"]["model"] == "m"
     assert "sk-1" not in json.dumps(first) and cfg["model"]["extra_headers"] == {}  # no secret in a shared file
+    assert cfg["model"]["base_url"] == "http://10.0.0.7:8000/scripted/v1"  # where the calls went, not the default
+    assert second["info"]["config"]["model"]["base_url"] == "http://127.0.0.1:8000/v1"  # none recorded: the config's
 
     preds = json.loads((store.run_dir / "preds.json").read_text())
     assert preds[TASK.task_id]["model_patch"] == "diff\n" and preds["other"]["model_patch"] == ""

@@ -275,7 +275,8 @@ def test_each_trajectory_matches_mini_swe_agent_field_by_field(reference, ours, 
 
     info, their_info = mine["info"], theirs["info"]
     assert list(info)[:len(their_info)] == list(their_info)  # theirs first, in their order; then ours
-    assert info["mini_version"] == their_info["mini_version"] == "2.4.6"
+    assert their_info["mini_version"] == "2.4.6" and info["mini_version"] is None  # theirs wrote theirs; we wrote ours
+    assert info["format_of"] == "mini-swe-agent 2.4.6" and info["written_by"].startswith("rollout-farm ")
     assert info["exit_status"] == their_info["exit_status"] == STATUS[ident]
     assert info["submission"] == their_info["submission"] == ("hello\n" if ident == "demo__submitted-1" else "")
     # known difference: mini-swe-agent counts a model call that raised; we record a step per reply received
