@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from rollout.config.load import unknown_key
+from rollout.errors import ConfigError
+
+AUTO_CHOICES = ("docker", "local")
+"""What ``runtime: {type: auto}`` picks between; each may have a sub-section of its options."""
+
 
 def docker_answers() -> bool:
     try:
@@ -26,9 +32,12 @@ def resolve_auto_runtimes(raw: dict[str, Any]) -> list[str]:
         section = holder.get("runtime")
         if not isinstance(section, dict) or section.get("type") != "auto":
             continue
+        options = {k: v for k, v in section.items() if k != "type"}
+        unknown = sorted(options.keys() - set(AUTO_CHOICES))
+        if unknown:  # a misspelt sub-section would otherwise be dropped without a word
+            raise ConfigError(unknown_key(unknown[0], AUTO_CHOICES, where), f"{where}.{unknown[0]}")
         chosen, why = ("docker", "a docker daemon answers") if docker_answers() else (
             "local", "no docker daemon answers; commands run in a local workspace")
-        options = {k: v for k, v in section.items() if k != "type"}
         holder["runtime"] = {"type": chosen, **options.get(chosen, {})}
         notes.append(f"{where}: {chosen} ({why})")
     return notes

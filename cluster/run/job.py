@@ -85,7 +85,7 @@ def prepare(
     tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
     composer.bind_tasks(tasks)
     preflight.check(config, composer, tasks)  # before the run directory: a run that cannot work writes nothing
-    run_dir = resolve_run_dir(config, run_id)
+    run_dir = resolve_run_dir(config, run_id, list(overrides))
     resolved = config.model_dump(mode="json")
     resolved["dataset"]["path"] = str(dataset_path)
     seeds = {"base": config.run.seed, "per_sample": "base + sample_index"}

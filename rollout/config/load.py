@@ -7,9 +7,12 @@ Every failure is a ``ConfigError`` whose text starts with the dotted path of the
 from __future__ import annotations
 
 import copy
+import difflib
 import re
+import types
+import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Iterable, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -123,7 +126,7 @@ def validate(model: type[M], data: Any, prefix: str = "") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise config_error(exc, prefix) from None
+        raise config_error(exc, prefix, model) from None
 
 
 def coerce(model: type[M], config: Any, prefix: str = "") -> M:
@@ -134,24 +137,26 @@ def coerce(model: type[M], config: Any, prefix: str = "") -> M:
     return config if isinstance(config, model) else validate(model, config, prefix)
 
 
-def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
-    """Every problem, one line each (``field: message``); the error's ``field`` is the first problem's."""
+def config_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> ConfigError:
+    """Every problem, one line each (``field: message``); the error's ``field`` is the first problem's. With the
+    ``model`` that was validated, an unknown key close to one its section takes says which (``did you mean``)."""
     problems: list[tuple[str, str]] = []
     for error in exc.errors():
-        found = problem(error, prefix, model_name(exc))
+        found = problem(error, prefix, model_name(exc), model)
         if found not in problems:
             problems.append(found)
     (field, first), *rest = problems
     return ConfigError("\n".join([first, *(f"{f}: {m}" for f, m in rest)]), field)
 
 
-def problem(error: Any, prefix: str, model: str) -> tuple[str, str]:
+def problem(error: Any, prefix: str, model: str, schema: type[BaseModel] | None = None) -> tuple[str, str]:
     """(field, message) of one validation error."""
     loc = ".".join(str(p) for p in error["loc"])
     field = ".".join(p for p in (prefix, loc) if p) or model
     msg = error["msg"]
     if error["type"] == "extra_forbidden":
-        msg = "unknown key"
+        parent = ".".join(p for p in (prefix, *map(str, error["loc"][:-1])) if p)
+        msg = unknown_key(str(error["loc"][-1]), keys_at(schema, error["loc"][:-1]) if schema else set(), parent)
     elif "input" in error and not isinstance(error["input"], (dict, list)):
         msg = f"{msg} (got {error['input']!r})"
     return field, msg
@@ -159,3 +164,42 @@ def problem(error: Any, prefix: str, model: str) -> tuple[str, str]:
 
 def model_name(exc: ValidationError) -> str:
     return str(exc.title)
+
+
+def unknown_key(key: str, known: Iterable[str], parent: str = "") -> str:
+    """"unknown key", with the closest key the section takes by its full dotted path when one is close:
+    ``unknown key (did you mean agent.max_steps?)``."""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return f"unknown key (did you mean {'.'.join(p for p in (parent, close[0]) if p)}?)" if close else "unknown key"
+
+
+def keys_at(schema: Any, path: tuple[Any, ...]) -> set[str]:
+    """The keys the section at ``path`` (a validation error's location) of ``schema`` takes: its fields and their
+    aliases; none when ``path`` leads to no model (a free-form mapping)."""
+    if not path:
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            return {*schema.model_fields, *(f.alias for f in schema.model_fields.values() if f.alias)}
+        return set().union(*(keys_at(arm, path) for arm in _arms(schema)))
+    part, rest = path[0], path[1:]
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        fields = {f.alias or name: f for name, f in schema.model_fields.items()} | schema.model_fields
+        return keys_at(fields[part].annotation, rest) if part in fields else set()
+    arms = _arms(schema)
+    named = [arm for arm in arms if getattr(arm, "__name__", None) == part]  # a union's member, named in the loc
+    if named:
+        return keys_at(named[0], rest)
+    origin, args = typing.get_origin(schema), typing.get_args(schema)
+    if origin in (list, tuple, set, frozenset) and args and isinstance(part, int):
+        return keys_at(args[0], rest)
+    if origin is dict and len(args) == 2:
+        return keys_at(args[1], rest)
+    return set().union(*(keys_at(arm, path) for arm in arms))
+
+
+def _arms(schema: Any) -> tuple[Any, ...]:
+    """The types a union (``X | None``, ``Optional``, ``Annotated``) may hold; none for anything else."""
+    if typing.get_origin(schema) is typing.Annotated:
+        return (typing.get_args(schema)[0],)
+    if typing.get_origin(schema) in (typing.Union, types.UnionType):
+        return typing.get_args(schema)
+    return ()

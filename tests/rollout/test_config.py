@@ -44,6 +44,28 @@ def test_unknown_key_names_the_field(tmp_path):
     assert str(err.value).startswith("agent.max_stepz: unknown key")
 
 
+class Many(StrictModel):
+    """Sections reached through a list, a mapping, a union and a prefix."""
+
+    agents: list[Agent] = []
+    profiles: dict[str, Root] = {}
+    maybe: Agent | None = None
+
+
+@pytest.mark.parametrize("data, prefix, line", [
+    ({"agents": [{}, {"max_step": 1}]}, "", "agents.1.max_step: unknown key (did you mean agents.1.max_steps?)"),
+    ({"profiles": {"big": {"agnet": {}}}}, "", "profiles.big.agnet: unknown key (did you mean profiles.big.agent?)"),
+    ({"maybe": {"limits": {"max_steps": 1, "tme_limit": 2}}}, "run",
+     "run.maybe.limits.tme_limit: unknown key (did you mean run.maybe.limits.time_limit?)"),
+    ({"mabye": {}}, "", "mabye: unknown key (did you mean maybe?)"),
+    ({"agents": [{"colour": "red"}]}, "", "agents.0.colour: unknown key"),  # nothing close: no guess
+])
+def test_an_unknown_key_suggests_the_closest_by_its_full_path(data, prefix, line):
+    with pytest.raises(ConfigError) as err:
+        validate(Many, data, prefix)
+    assert str(err.value) == line
+
+
 def test_wrong_type_names_the_field_and_value():
     with pytest.raises(ConfigError) as err:
         validate(Root, {"agent": {"limits": {"max_consecutive_format_errors": "many"}}})
@@ -82,7 +104,7 @@ def test_every_problem_is_listed_one_line_each():
         validate(Root, {"agent": {"max_steps": "ten", "max_stepz": 3}, "name": 5, "extra": 1})
     assert str(err.value).splitlines() == [
         "agent.max_steps: Input should be a valid integer, unable to parse string as an integer (got 'ten')",
-        "agent.max_stepz: unknown key",
+        "agent.max_stepz: unknown key (did you mean agent.max_steps?)",
         "name: Input should be a valid string (got 5)",
         "extra: unknown key",
     ]

@@ -134,6 +134,6 @@ def test_a_config_error_lists_every_problem_one_line_each(tmp_path):
         "config error: run.samples: Input should be greater than or equal to 1 (got 0)",
         "config error: run.concurrency: Input should be a valid integer, unable to parse string as an integer "
         "(got 'many')",
-        "config error: output.trajectoriez: unknown key"], out.stderr
+        "config error: output.trajectoriez: unknown key (did you mean output.trajectories?)"], out.stderr
     assert "more)" not in out.stderr
     assert not (tmp_path / "local_demo").exists()

@@ -206,7 +206,30 @@ def test_problems_in_several_sections_are_all_listed_at_once(tmp_path):
     out = rollout("run", str(config), "--local", home=tmp_path)
     assert out.returncode == 2
     lines = [line for line in out.stderr.splitlines() if line.startswith("config error:")]
-    assert lines == ["config error: agent.max_stepz: unknown key",
-                     "config error: environment.comand_timeout: unknown key",
-                     "config error: runtime.bogus: unknown key"]
+    assert lines == ["config error: agent.max_stepz: unknown key (did you mean agent.max_steps?)",
+                     "config error: environment.comand_timeout: unknown key (did you mean "
+                     "environment.command_timeout?)",
+                     "config error: runtime.bogus: unknown key"]  # nothing close to it: no guess
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_misspelt_auto_runtime_section_is_named_not_dropped(tmp_path):
+    out = rollout("run", "--local", str(SWE), "runtime.dokcer.memory=2g", home=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == ["config error: runtime.dokcer: unknown key (did you mean runtime.docker?)"]
+    assert not (tmp_path / "swe_demo").exists()
+
+
+def test_run_id_on_the_command_line_names_the_run_beside_the_files_output_dir(tmp_path):
+    """local_demo.yaml sets ``output.dir: local_demo``: ``run_id=`` on the command line still gets a run of its own,
+    in the same folder; ``output.dir`` on the command line as well wins."""
+    slice_ = "dataset.slice=0:1"
+    out = rollout("run", "--local", str(DEMO), slice_, "run_id=mine", home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"run directory: {tmp_path / 'mine'}" in out.stderr.splitlines()
+    assert json.loads((tmp_path / "mine" / "summary.json").read_text())["run_id"] == "mine"
+    assert not (tmp_path / "local_demo").exists()
+    out = rollout("run", "--local", str(DEMO), slice_, "run_id=mine2", "output.dir=elsewhere", home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"run directory: {tmp_path / 'elsewhere'}" in out.stderr.splitlines()
+    assert not (tmp_path / "mine2").exists()
