@@ -1,5 +1,6 @@
 """The ``rollout`` command: ``rollout run CONFIG... [key=value ...]``, ``rollout status RUN``,
-``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout report RUN``, ``rollout gc``,
+``rollout repair RUN``, ``rollout images base|build``, ``rollout eval``, ``rollout report RUN``,
+``rollout export RUN --format atif|sharegpt|hf``, ``rollout gc``,
 ``rollout fake-server``, ``rollout serve CONFIG`` and ``rollout models tiny DIR`` (``cluster.cli.serve``),
 ``rollout gym collect`` (``GYM``); ``rollout --version``.
 
@@ -144,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         from cluster.cli import eval as eval_cli
 
         return eval_cli.main(argv[1:])
+    if argv[:1] == ["export"]:
+        from cluster.cli import export
+
+        return export.main(argv[1:])
     if argv[:1] in (["report"], ["metrics"]):
         from cluster.cli import metrics as metrics_cli, report
 

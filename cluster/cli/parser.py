@@ -1,6 +1,6 @@
 """The ``rollout`` command's arguments: one subparser per subcommand (those that parse their own arguments,
-``images``, ``eval``, ``serve``, ``models``, ``gym``, ``dev-cluster``, ``report``, ``metrics``, are listed for
-``--help`` only), and
+``images``, ``eval``, ``serve``, ``models``, ``gym``, ``dev-cluster``, ``report``, ``export``, ``metrics``, are
+listed for ``--help`` only), and
 ``GYM``, the ``rollout gym`` subcommands. ``main`` (``cluster.cli.main``) dispatches."""
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("dev-cluster", help="separate machines on this one (root): up --nodes N | status | down",
                    add_help=False)
     sub.add_parser("report", help="write a run's report.html and summary.png again (rollout report --help)",
+                   add_help=False)
+    sub.add_parser("export", help="a run's rollouts as ATIF trajectory files or SFT rows (rollout export --help)",
                    add_help=False)
     sub.add_parser("metrics", help="rollout metrics scrape-config: a Prometheus config for the farm's metrics",
                    add_help=False)

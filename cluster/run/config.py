@@ -59,6 +59,9 @@ class OutputConfig(StrictModel):
     """Run directory; relative to ``$ROLLOUT_HOME`` (default ``./runs``); default: the run id."""
     trajectories: bool = True
     """Write one trajectory JSON per rollout, updated as it goes."""
+    trajectory_format: Literal["farm", "atif"] = "farm"
+    """``atif``: also write each finished rollout as an ATIF-v1.8 file beside its trajectory (``<name>.atif.json``,
+    ``rollout.formats``); ``rollout export RUN --format atif`` writes them for a finished run."""
 
 
 class ScriptedServerSection(StrictModel):

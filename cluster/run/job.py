@@ -24,6 +24,7 @@ from cluster.run.swe_outputs import model_name, write_swe_outputs
 from cluster.serving.config import scripted_in_process
 from rollout.config.load import load_config, validate
 from rollout.data.dataset import load_tasks, row_hash, select
+from rollout.formats.export import AgentNames, atif_writer
 from rollout.records import RolloutResult, Task
 from rollout.registry import Registry
 from rollout.store.manifest import build_manifest
@@ -145,6 +146,8 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                 run_id=job.run_id, concurrency=job.config.run.concurrency, base_seed=job.config.run.seed,
                 progress_interval=job.config.run.progress_interval,
                 write_trajectories=job.config.output.trajectories, out=job.out,
+                on_result=(atif_writer(job.store, AgentNames.of_run(job.run_dir, job.tasks), say)
+                           if job.config.output.trajectory_format == "atif" else None),
             )
             job.clock.begin(FIRST_CALL)
             try:
