@@ -10,6 +10,8 @@ AGENTS = Registry("agent", {
     "mini_swe": "agents.swe_agent:MiniSweAgent",
     "external": "agents.external_agent:ExternalAgent",
     "aviary": "agents.step_agent:AviaryStepAgent",
+    "oracle": "agents.reference_agents:OracleAgent",
+    "nop": "agents.reference_agents:NopAgent",
 })
 PARSERS = Registry("parser", {
     "openai_tools": "agents.parsers.openai_tools:OpenAIToolsParser",

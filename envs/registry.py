@@ -9,6 +9,7 @@ ENVIRONMENTS = Registry("environment", {
     "step": "envs.step_env:StepEnvironmentAdapter",
     "shell": "envs.shell_env:ShellEnvironment",
     "swe": "envs.swe.env:SweEnvironment",
+    "harbor": "envs.harbor.env:HarborEnvironment",
     "aviary": "envs.resources.aviary_env:AviaryEnvironment",
     "resources": "envs.resources.client:ResourcesEnvironment",
 })
@@ -24,6 +25,7 @@ VERIFIERS = Registry("verifier", {
     "answer_match": "envs.verifiers:AnswerMatchVerifier",
     "env_reward": "envs.verifiers:EnvRewardVerifier",
     "swe": "envs.swe.verifier:SweVerifier",
+    "harbor": "envs.harbor.verifier:HarborVerifier",
 })
 POLICIES = Registry("policy", {
     "gold": "envs.swe.policies:gold",

@@ -49,11 +49,12 @@ async def run_rollout(
     meta = meta or RequestMeta(rollout_id=f"{task.task_id}#0", task_id=task.task_id)
     if task.data.get("sampling"):  # the task's own sampling (a Responses row's temperature, max_output_tokens)
         sampling = {**(sampling or {}), **dict(task.data["sampling"])}
-    ctx = RolloutContext(meta, limits, observers, sampling)
+    ctx = RolloutContext(meta, task_limits(task, limits), observers, sampling)
     ctx.emitter.emit(events.ROLLOUT_STARTED, sample_index=meta.sample_index, attempt=meta.attempt)
     t0 = time.perf_counter()
     try:
         outcome = await _run_agent(agent, task, model, env, ctx)
+        outcome = await run_stages(agent, task, model, env, ctx, outcome)  # a task in stages
         t_agent = time.perf_counter()
         result = _result(task, meta, ctx, outcome)
         result.timings["agent"] = t_agent - t0
@@ -198,3 +199,43 @@ def _mark_infra(result: RolloutResult, exc: BaseException, original: BaseExcepti
     if original is not None and original is not exc:
         info.type = f"{type(exc).__name__}({type(original).__name__})"
     result.error = info
+
+
+def task_limits(task: Any, limits: Limits | None) -> Limits | None:
+    """``limits`` with the task's own ``data["time_limit"]`` (seconds) when it is tighter (a Harbor task's agent
+    timeout)."""
+    own = (getattr(task, "data", None) or {}).get("time_limit")
+    if not isinstance(own, (int, float)) or isinstance(own, bool) or own <= 0:
+        return limits
+    limits = limits or Limits()
+    if limits.time_limit is not None and limits.time_limit <= own:
+        return limits
+    return limits.model_copy(update={"time_limit": float(own)})
+
+
+async def run_stages(agent: Any, task: Any, model: Any, env: Any, ctx: RolloutContext,
+                     outcome: BaseException) -> BaseException:
+    """A task in stages (Harbor's multi-step tasks): while the last stage ended with a task outcome, an environment
+    with ``next_stage()`` grades it and returns the next stage's task (its instruction as the prompt), or None (no
+    more, or the stage's gate was not met). The agent runs again in the same environment with a fresh conversation
+    and the stage's limits; its messages and steps join the rollout's trajectory (a trainer sees the new prompt as a
+    break in the token stream), and the last stage's exit is the rollout's."""
+    advance = getattr(env, "next_stage", None)
+    while advance is not None and isinstance(outcome, (TaskOutcome, FormatError)):
+        try:
+            stage = await advance()
+        except Exception as exc:  # noqa: BLE001 - grading a stage failed: the runner labels it
+            return exc
+        if stage is None:
+            return outcome
+        inner = RolloutContext(ctx.meta, task_limits(stage, ctx.limits), (), ctx.sampling)
+        inner.emitter = ctx.emitter
+        outcome = await _run_agent(agent, stage, model, env, inner)
+        ctx.trajectory.messages.extend(inner.trajectory.messages)
+        ctx.trajectory.steps.extend(inner.trajectory.steps)
+        for name in ("exit_reason", "exit_message", "submission"):
+            value = getattr(inner.trajectory, name)
+            if value is not None:
+                setattr(ctx.trajectory, name, value)
+        ctx.trajectory.env_reward += inner.trajectory.env_reward
+    return outcome

@@ -25,8 +25,12 @@ COMPONENTS = ("model", "agent", "environment", "runtime", "verifier")
 
 
 class DatasetConfig(StrictModel):
+    type: Literal["rows", "harbor"] = "rows"
+    """``rows``: a file of rows (JSONL, a JSON list, ``hf://``). ``harbor``: a directory of Harbor tasks, or one task
+    (``envs.harbor``: run with ``environment.type harbor`` and ``verifier.type harbor``)."""
     path: str
-    """JSONL (one task per line) or a JSON list; relative paths are relative to the config file."""
+    """JSONL (one task per line) or a JSON list, or a Harbor task directory; relative paths are relative to the
+    config file."""
     ids: list[str] | None = None
     """Only these task ids."""
     pattern: str | None = None

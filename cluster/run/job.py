@@ -24,6 +24,7 @@ from cluster.run.swe_outputs import model_name, write_swe_outputs
 from cluster.serving.config import scripted_in_process
 from rollout.config.load import load_config, validate
 from rollout.data.dataset import load_tasks, row_hash, select
+from rollout.errors import ConfigError
 from rollout.formats.export import AgentNames, atif_writer
 from rollout.records import RolloutResult, Task
 from rollout.registry import Registry
@@ -82,7 +83,12 @@ def prepare(
     clock.end("config")
     clock.begin("dataset")
     dataset_path = dataset_file(config.dataset, paths[0])
-    tasks = load_tasks(dataset_path, composer.row_check(), allow_outside_paths=config.dataset.allow_outside_paths)
+    if config.dataset.type == "harbor":
+        tasks, note = harbor_tasks(dataset_path, raw)
+        notes.extend([note] if note else [])
+    else:
+        tasks = load_tasks(dataset_path, composer.row_check(),
+                           allow_outside_paths=config.dataset.allow_outside_paths)
     tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
     composer.bind_tasks(tasks)
     preflight.check(config, composer, tasks)  # before the run directory: a run that cannot work writes nothing
@@ -99,6 +105,21 @@ def prepare(
         print(note, file=out, flush=True)
     clock.end("dataset")
     return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out, clock)
+
+
+def harbor_tasks(path: Path, raw: dict[str, Any]) -> tuple[list[Task], str | None]:
+    """A Harbor task directory's tasks, checked against the run's environment before any work (their networks),
+    and the run's one warning about the task.toml keys not honoured here."""
+    from envs.harbor.dataset import describe_unhonoured, load_harbor_tasks
+    from envs.harbor.env import check_tasks
+
+    tasks = load_harbor_tasks(path)
+    environment = raw.get("environment") or {}
+    if environment.get("type") != "harbor":
+        raise ConfigError("a harbor dataset runs in environment.type harbor (with verifier.type harbor)",
+                          "environment.type")
+    check_tasks(tasks, environment)
+    return tasks, describe_unhonoured(tasks)
 
 
 def dataset_file(dataset: Any, config_path: str) -> Path:

@@ -55,8 +55,9 @@ class ExecJob:
     """One command's blocking run (in an I/O pool thread); ``abort()`` may be called from any thread."""
 
     def __init__(self, api: Any, container: str, argv: list[str], env: dict[str, str], limit: float,
-                 grace: float, backstop: float, cap: int, stdin: bytes | None = None):
+                 grace: float, backstop: float, cap: int, stdin: bytes | None = None, user: str | None = None):
         self.api = api
+        self.user = user
         self.stdin = stdin
         self.container = container
         self.marker = secrets.token_hex(8)
@@ -75,7 +76,7 @@ class ExecJob:
         A command still running when its output passed the cap is killed and gets ``-SIGKILL``."""
         deadline = time.monotonic() + self.deadline_after
         exec_id = self.api.exec_create(self.container, self.argv, environment=self.env,
-                                       stdin=self.stdin is not None)["Id"]
+                                       stdin=self.stdin is not None, user=self.user or "")["Id"]
         raw = _raw_socket(self.api.exec_start(exec_id, socket=True))
         with self._lock:
             self._sock = raw
@@ -117,7 +118,8 @@ class ExecJob:
     def kill(self) -> None:
         """SIGKILL every process of this command still in the container (best effort, bounded in time)."""
         try:
-            kid = self.api.exec_create(self.container, ["sh", "-c", KILL_MARKED, "rollout-kill", self.marker])["Id"]
+            kid = self.api.exec_create(self.container, ["sh", "-c", KILL_MARKED, "rollout-kill", self.marker],
+                                       user="0")["Id"]
             raw = _raw_socket(self.api.exec_start(kid, socket=True))
         except Exception:  # noqa: BLE001 - the container may be gone or out of pids; the caller finds out next
             return

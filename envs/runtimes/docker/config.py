@@ -22,6 +22,8 @@ class DockerRuntimeConfig(StrictModel):
     pull: Literal["never", "missing"] = "never"
     """"never": a missing image is an error; "missing": pull it from its registry first. For podman, copy an
     image from docker with `podman pull docker-daemon:<image>`."""
+    user: str | None = None
+    """Who runs the commands (a name or uid); none: the image's USER."""
     workdir: str = "/workspace"
     """Where commands run by default (created if missing); SWE tasks use /testbed."""
     network: Literal["none", "bridge"] = "none"

@@ -54,3 +54,15 @@ def running(api: Any, container: str) -> bool:
         return bool(api.inspect_container(container)["State"].get("Running"))
     except Exception:  # noqa: BLE001 - gone, or the engine is down: either way, not running
         return False
+
+
+def get_tree(api: Any, container: str, path: str) -> bytes:
+    """The engine's tar of the directory ``path`` (its entries named ``<basename>/...``), read by the engine, not
+    by any program in the container."""
+    stream, _ = api.get_archive(container, path)
+    return b"".join(stream)
+
+
+def put_tree(api: Any, container: str, parent: str, archive: bytes) -> None:
+    """Unpack ``archive`` (a tar) into the existing directory ``parent``, by the engine."""
+    api.put_archive(container, parent, archive)

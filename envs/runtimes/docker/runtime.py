@@ -87,16 +87,18 @@ class DockerRuntime:
 
     async def exec(
         self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: bytes | None = None, user: str | None = None, shell: list[str] | None = None,
     ) -> ExecResult:
+        """``user``: who runs it (a name or uid; default the config's ``user``, else the image's USER); ``shell``:
+        the argv it is appended to (default the config's ``shell``)."""
         container = self._check_open()
         cfg = self.config
         limit = cfg.timeout if timeout is None else timeout
         directory = posixpath.join(cfg.workdir, cwd) if cwd else cfg.workdir  # an absolute cwd replaces workdir
-        argv = ["sh", "-c", WRAPPER, "rollout-exec", directory, f"{limit:g}", f"{cfg.kill_grace:g}", *cfg.shell,
-                command]
+        argv = ["sh", "-c", WRAPPER, "rollout-exec", directory, f"{limit:g}", f"{cfg.kill_grace:g}",
+                *(shell or cfg.shell), command]
         job = ExecJob(self._api, container, argv, env or {}, limit, cfg.kill_grace, _BACKSTOP, cfg.max_output_bytes,
-                      stdin=stdin)
+                      stdin=stdin, user=user or cfg.user)
         self._running.add(job)
         began = time.monotonic()
         try:
@@ -131,6 +133,11 @@ class DockerRuntime:
         container = self._check_open()
         target = posixpath.join(self.config.workdir, path)
         return await engines.in_pool(self._guarded, get_file, self._api, container, target)
+
+    async def engine_call(self, fn: Any, *args: Any) -> Any:
+        """``fn(api, container_id, *args)`` on the I/O pool, engine errors as ``RuntimeFailure`` (e.g. the
+        tree copies of ``envs.runtimes.docker.files``)."""
+        return await engines.in_pool(self._guarded, fn, self._api, self._check_open(), *args)
 
     async def close(self) -> None:
         if self._closed:

@@ -1,0 +1,2 @@
+#!/bin/bash
+id -un > /home/agent/work/whoami.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+printf '%s\n' "$GREETING" > /app/hello.txt

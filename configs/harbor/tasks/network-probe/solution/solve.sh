@@ -1,0 +1,2 @@
+#!/bin/bash
+echo probe > /app/probe.txt

@@ -1,0 +1,1 @@
+"""Harbor task directories: the dataset, images, environment, reward contract and verifier."""
