@@ -145,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         from cluster.cli import eval as eval_cli
 
         return eval_cli.main(argv[1:])
+    if argv[:1] == ["check-tasks"]:
+        from cluster.cli import check_tasks
+
+        return check_tasks.main(argv[1:])
     if argv[:1] == ["export"]:
         from cluster.cli import export
 

@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("export", help="a run's rollouts as ATIF trajectory files or SFT rows (rollout export --help)",
                    add_help=False)
+    sub.add_parser("check-tasks", help="Harbor task QA: oracle and nop on every task, the ones that disagree "
+                   "reported (rollout check-tasks --help)", add_help=False)
     sub.add_parser("metrics", help="rollout metrics scrape-config: a Prometheus config for the farm's metrics",
                    add_help=False)
 

@@ -147,7 +147,7 @@ def build_image(tag: str, files: Any, dockerfile: str, context: str, *, timeout:
     began = time.monotonic()
     client = docker_client(timeout=int(timeout) + 30)
     text = files.text(dockerfile) or ""
-    missing = [i for i in from_images(text) if "$" in i or not image_present(client, i)]
+    missing = [i for i in from_images(text) if "$" in i or not (image_present(client, i) or _brought(i, client))]
     if missing:
         raise ImageError(f"{dockerfile}: FROM {missing[0]} is not an image of this machine (no registry is asked): "
                          f"`docker load` or build it first, or give the task an environment.docker_image it has")
@@ -166,6 +166,19 @@ def build_image(tag: str, files: Any, dockerfile: str, context: str, *, timeout:
     except Exception as exc:  # a timeout from the client's HTTP session
         raise ImageError(f"docker build of {tag} did not finish: {type(exc).__name__}: {exc}", retryable=True) from None
     return time.monotonic() - began
+
+
+def _brought(image: str, client: Any) -> bool:
+    """Whether ``image`` could be made present without asking a registry the farm was not given: the farm's base
+    image (built here, or fetched from the farm), or one an installed source (the run's registry, the driver's
+    image depot) holds."""
+    from envs.images.base_image import DEFAULT_BASE_IMAGE, ensure_image
+    from envs.images.sources import fetch_image
+
+    if image == DEFAULT_BASE_IMAGE:
+        ensure_image(image, client)
+        return True
+    return fetch_image(image, client) is not None
 
 
 def image_workdir(image: str) -> str | None:

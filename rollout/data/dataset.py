@@ -72,8 +72,9 @@ def load_tasks(path: str | Path, row_check: Callable[[Task], None] | None = None
     return tasks
 
 
-PATH_FIELDS = ("repo_path",)
-"""Fields holding a path relative to the dataset file (made absolute on load)."""
+PATH_FIELDS = ("repo_path", "task_archive")
+"""Fields holding a path relative to the dataset file (made absolute on load), which a farm spread over machines
+carries to the node that runs the task: a repository (bundle), a task directory's archive (Harbor tasks)."""
 OUTSIDE_PATHS_OPTION = "dataset.allow_outside_paths"
 
 
