@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.workers.worker import RolloutWorker
+from envs.runtimes.docker.start import NOTE_SCOPE_ENV
 
 _WorkerActor = None
 
@@ -84,5 +87,11 @@ def spawn_worker(source_ref: Any, node_id: str, name: str, *, run_dir: str | Non
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         # Plain asyncio, not uvloop: uvloop forks the whole worker per subprocess (19 ms vs 2.7 ms a spawn
         # at a 150 MB heap, bench_farm (b)); the job's runtime env is inherited, env vars merged.
-        runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0"}},
+        # The run's workers on one node say an engine note (no disk limit) once between them.
+        runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0", NOTE_SCOPE_ENV: note_scope(run_id)}},
     ).remote(source_ref, node_id=node_id, run_dir=run_dir, metrics_run=run_id, transfer=transfer)
+
+
+def note_scope(run_id: str) -> str:
+    """This run's session (this driver process, this run): its workers share it (``NOTE_SCOPE_ENV``)."""
+    return f"{run_id}@{socket.gethostname()}:{os.getpid()}"

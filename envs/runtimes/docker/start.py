@@ -3,10 +3,15 @@ that say what to do, quiet removal."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 import secrets
 import socket
+import tempfile
+import threading
+from pathlib import Path
 from typing import Any
 
 from envs.runtimes.docker.engines import explain, status
@@ -20,7 +25,12 @@ QUOTA_DRIVERS = ("overlay", "overlay2", "vfs")
 """Storage drivers that take it only over xfs mounted with ``pquota`` (not visible in the engine's info:
 a refusal at create time is the final word)."""
 
+NOTE_SCOPE_ENV = "ROLLOUT_FARM_NOTE_SCOPE"
+"""Processes of one machine that share this variable's value (a run's workers on one node) say each engine note
+(no disk limit) once between them; without it, each process says it once."""
+
 _disk_support: dict[tuple[str, str | None], bool] = {}
+_disk_lock = threading.RLock()
 
 
 def container_name(run_id: str, rollout_id: str) -> str:
@@ -92,24 +102,49 @@ def disk_limit_unsupported(info: dict[str, Any]) -> str | None:
 
 
 def disk_supported(api: Any, key: tuple[str, str | None]) -> bool:
-    """Whether containers of engine ``key`` can get a disk limit; asked once per engine, logged once if not."""
-    if key not in _disk_support:
-        try:
-            why = disk_limit_unsupported(api.info())
-        except Exception as exc:  # noqa: BLE001 - an engine that cannot say: no limit, and say so
-            why = f"the engine's info failed ({explain(exc)})"
-        if why:
-            disk_refused(key, why)
-        else:
-            _disk_support[key] = True
-    return _disk_support[key]
+    """Whether containers of engine ``key`` can get a disk limit; asked once per engine (the first containers of a
+    run start side by side: one asks, the others wait for its answer), logged once if not."""
+    with _disk_lock:
+        if key not in _disk_support:
+            try:
+                why = disk_limit_unsupported(api.info())
+            except Exception as exc:  # noqa: BLE001 - an engine that cannot say: no limit, and say so
+                why = f"the engine's info failed ({explain(exc)})"
+            if why:
+                disk_refused(key, why)
+            else:
+                _disk_support[key] = True
+        return _disk_support[key]
 
 
 def disk_refused(key: tuple[str, str | None], why: str) -> None:
-    """Record that engine ``key`` takes no disk limit, with one log line saying why."""
-    _disk_support[key] = False
-    log.warning("%s: no per-container disk limit (runtime.disk): %s; the file size limit "
-                "(runtime.max_file_size) still bounds each file", key[0], why)
+    """Record that engine ``key`` takes no disk limit, with one log line saying why: once per process, and once
+    per machine among the processes of one ``NOTE_SCOPE_ENV`` scope."""
+    with _disk_lock:
+        said = _disk_support.get(key) is False
+        _disk_support[key] = False
+    if not said and first_on_machine(("disk", *key)):
+        log.warning("%s: no per-container disk limit (runtime.disk): %s; the file size limit "
+                    "(runtime.max_file_size) still bounds each file", key[0], why)
+
+
+def first_on_machine(note: tuple[Any, ...]) -> bool:
+    """True for the first process of this process's ``NOTE_SCOPE_ENV`` scope on this machine to ask about ``note``
+    (an empty marker file in the temporary directory says who was first); always True without a scope, or when the
+    marker cannot be written (saying a note twice beats never saying it)."""
+    scope = os.environ.get(NOTE_SCOPE_ENV)
+    if not scope:
+        return True
+    folder = Path(tempfile.gettempdir()) / "rollout-farm-notes"
+    marker = folder / hashlib.sha256(repr((scope, note)).encode()).hexdigest()[:32]
+    try:
+        folder.mkdir(exist_ok=True)
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def is_disk_refusal(exc: BaseException) -> bool:
