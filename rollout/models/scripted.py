@@ -86,8 +86,8 @@ def to_message(output: Output) -> tuple[Message, str]:
 
 
 def fake_response(messages: list[Message], message: Message, finish: str, model: str = "scripted") -> ModelResponse:
-    prompt_ids = scripted_tokens.prompt_token_ids(messages)
-    text = scripted_tokens.render_message(message)
+    prompt_ids = scripted_tokens.prompt_token_ids(messages)  # ends with the generation prompt
+    text = scripted_tokens.render_reply(message)
     completion_ids = scripted_tokens.token_ids(text)
     return ModelResponse(
         message=message,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import email.utils
 import json
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rollout.context import clean_text
 
@@ -68,8 +68,10 @@ def meta_from_request(body: Mapping[str, Any], header_rollout_id: str = "") -> R
     )
 
 
-def completion_json(response: ModelResponse, body: Mapping[str, Any], completion_id: str, model: str) -> dict[str, Any]:
-    """A chat.completion reply to ``body``, with logprobs and vLLM's token ids when it asks."""
+def completion_json(response: ModelResponse, body: Mapping[str, Any], completion_id: str, model: str,
+                    token_text: Callable[[int], str] | None = None) -> dict[str, Any]:
+    """A chat.completion reply to ``body``, with logprobs and vLLM's token ids when it asks. A logprob entry's
+    ``token`` is the token's text (``token_text``; vLLM's ``token_id:N`` without it) and ``token_id`` its id."""
     message = {"role": "assistant", "content": response.message.get("content")}
     if response.message.get("tool_calls"):
         message["tool_calls"] = response.message["tool_calls"]
@@ -83,15 +85,20 @@ def completion_json(response: ModelResponse, body: Mapping[str, Any], completion
         "usage": response.usage.model_dump(),
     }
     ids = response.completion_token_ids or []
-    if body.get("logprobs"):  # fake tokens have no text: the id stands in for it
+    if body.get("logprobs"):
         pairs = zip(ids, response.logprobs or [])
-        choice["logprobs"] = {
-            "content": [{"token": str(t), "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in pairs]
-        }
+        choice["logprobs"] = {"content": [logprob_json(t, lp, token_text) for t, lp in pairs]}
     if body.get("return_token_ids"):
         out["prompt_token_ids"] = response.prompt_token_ids
         choice["token_ids"] = ids
     return out
+
+
+def logprob_json(token_id: int, logprob: float, token_text: Callable[[int], str] | None = None) -> dict[str, Any]:
+    """One token's entry in a chat reply's ``logprobs.content`` (OpenAI's fields, and vLLM-style ``token_id``)."""
+    text = token_text(token_id) if token_text is not None else f"token_id:{token_id}"
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", "replace")), "top_logprobs": [],
+            "token_id": token_id}
 
 
 def context_length_error(limit: int, prompt: int, completion: int) -> str:

@@ -1,5 +1,6 @@
-"""The OpenAI API as the scripted server speaks it: a request's checks (400s that name the field), OpenAI-shaped
-errors, ``n`` choices cut to ``max_tokens`` with ``top_logprobs``, and ``/v1/completions`` replies (text prompts)."""
+"""The OpenAI API's replies as the scripted server writes them: ``n`` choices cut to ``max_tokens``, logprobs with
+each token's text (and its id as ``token_id``) and ``top_logprobs``, and ``/v1/completions`` replies. A request's
+checks are in ``checks``."""
 
 from __future__ import annotations
 
@@ -11,18 +12,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from cluster.serving.scripted_server.checks import ApiRequest
 from rollout.models import scripted_tokens
 from rollout.protocols import ModelResponse
 from rollout.records import Message, Usage
-from rollout.wire.chat import completion_json, error_body
+from rollout.wire.chat import completion_json
 
 PIECES = scripted_tokens._TOKEN
 """How the fake tokenizer splits text: one fake token per piece."""
-ROLE_PREFIX = scripted_tokens.render_message({"role": "assistant"})
-"""The rendered assistant message starts with these fake tokens, before its content."""
-MAX_N, MAX_TOP_LOGPROBS = 128, 20
-TEXT_MAX_TOKENS = 16
-"""``/v1/completions`` answers at most 16 tokens unless told, as OpenAI's and vLLM's do."""
 
 
 @dataclass
@@ -48,111 +45,6 @@ class Reply:
         yield b"data: [DONE]\n\n"
 
 
-class Invalid(ValueError):
-    """A request OpenAI refuses with 400; ``param`` names the field."""
-
-    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value"):
-        super().__init__(message)
-        self.param, self.code = param, code
-
-    def reply(self) -> Reply:
-        return Reply(400, error_body(str(self), 400, kind="invalid_request_error", code=self.code, param=self.param))
-
-
-@dataclass
-class ApiRequest:
-    kind: str
-    """``chat`` (``/v1/chat/completions``) or ``text`` (``/v1/completions``)."""
-    body: dict[str, Any]
-    prompts: list[list[Message]]
-    """The conversations to answer: a chat request's messages, or one user message per text prompt."""
-    n: int = 1
-    max_tokens: int | None = None
-    logprobs: int | None = None
-    """None: no logprobs; else how many alternatives each token's ``top_logprobs`` lists."""
-    stream: bool = False
-    include_usage: bool = False
-
-
-def parse_request(raw: bytes, kind: str) -> ApiRequest:
-    """The request's fields, checked as OpenAI checks them; anything else a client may send is ignored."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise Invalid("We could not parse the JSON body of your request: it is not JSON.", None,
-                      "invalid_json") from None
-    if not isinstance(body, dict):
-        raise Invalid(f"The request body must be a JSON object, but got {_a(body)} instead.", None, "invalid_type")
-    req = ApiRequest(kind, body, _prompts(body, kind), n=_int(body, "n", 1, 1, MAX_N))
-    limit = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    req.max_tokens = _int(body, limit, TEXT_MAX_TOKENS if kind == "text" else None, 1)
-    if kind == "chat":
-        top = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
-        if top and not _bool(body, "logprobs"):
-            raise Invalid("Invalid value for 'top_logprobs': 'logprobs' must be true to use it.", "top_logprobs")
-        req.logprobs = top if _bool(body, "logprobs") else None
-    else:
-        req.logprobs = _int(body, "logprobs", None, 0, MAX_TOP_LOGPROBS)
-    req.stream = _bool(body, "stream")
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise Invalid(f"Invalid type for 'stream_options': expected an object, but got {_a(options)} instead.",
-                      "stream_options", "invalid_type")
-    req.include_usage = _bool(options or {}, "include_usage", "stream_options.include_usage")
-    return req
-
-
-def _prompts(body: dict[str, Any], kind: str) -> list[list[Message]]:
-    name = "messages" if kind == "chat" else "prompt"
-    if body.get(name) is None:
-        raise Invalid(f"Missing required parameter: '{name}'.", name, "missing_required_parameter")
-    value = body[name]
-    if kind == "chat":
-        if not isinstance(value, list):
-            raise Invalid(f"Invalid type for 'messages': expected an array of objects, but got {_a(value)} instead.",
-                          "messages", "invalid_type")
-        for i, message in enumerate(value):
-            if not isinstance(message, dict):
-                raise Invalid(f"Invalid type for 'messages[{i}]': expected an object, but got {_a(message)} instead.",
-                              f"messages[{i}]", "invalid_type")
-        return [value]
-    prompts = [value] if isinstance(value, str) else value
-    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-        raise Invalid("Invalid value for 'prompt': this server reads text prompts (a string or an array of strings); "
-                      "its fake token ids cannot be decoded back into text.", "prompt")
-    return [[{"role": "user", "content": p}] for p in prompts]
-
-
-def _a(value: Any) -> str:
-    """The JSON type of ``value``, with its article."""
-    if isinstance(value, bool):
-        return "a boolean"
-    names = {str: "a string", int: "an integer", float: "a number", list: "an array", dict: "an object"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
-def _int(body: dict[str, Any], name: str, default: int | None, low: int, high: int | None = None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Invalid(f"Invalid type for '{name}': expected an integer, but got {_a(value)} instead.", name,
-                      "invalid_type")
-    if value < low or (high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise Invalid(f"Invalid value for '{name}': expected an integer {bound}, but got {value} instead.", name,
-                      "integer_below_min_value" if value < low else "integer_above_max_value")
-    return value
-
-
-def _bool(body: dict[str, Any], name: str, param: str | None = None) -> bool:
-    value = body.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise Invalid(f"Invalid type for '{param or name}': expected a boolean, but got {_a(value)} instead.",
-                      param or name, "invalid_type")
-    return bool(value)
-
-
 def alternatives(token: int, logprob: float, k: int) -> list[tuple[int, float]]:
     """``k`` deterministic (token, logprob) pairs, most likely first: the sampled token and k-1 others that share
     the rest of the probability mass by halves."""
@@ -163,17 +55,17 @@ def alternatives(token: int, logprob: float, k: int) -> list[tuple[int, float]]:
 
 
 def cut(response: ModelResponse, limit: int | None) -> ModelResponse:
-    """The reply of an engine that stopped after ``limit`` tokens: its text so far, no tool calls, ``length``."""
+    """The reply of an engine that stopped after ``limit`` tokens: the text of those tokens, no tool calls,
+    ``length``."""
     ids = response.completion_token_ids
     if limit is None or (ids is not None and len(ids) <= limit):
         return response
-    pieces = PIECES.findall(scripted_tokens.render_message(response.message))
+    pieces = PIECES.findall(scripted_tokens.render_reply(response.message))
     if len(pieces) <= limit:
         return response
-    text = "".join(pieces[:limit])
     prompt, logprobs = response.usage.prompt_tokens, response.logprobs
     return response.model_copy(update={
-        "message": {"role": "assistant", "content": text[len(ROLE_PREFIX):] if text.startswith(ROLE_PREFIX) else ""},
+        "message": {"role": "assistant", "content": "".join(pieces[:limit])},
         "finish_reason": "length",
         "usage": Usage(prompt_tokens=prompt, completion_tokens=limit, total_tokens=prompt + limit),
         "completion_token_ids": None if ids is None else ids[:limit],
@@ -184,13 +76,16 @@ def cut(response: ModelResponse, limit: int | None) -> ModelResponse:
 def chat_reply(req: ApiRequest, responses: list[ModelResponse], completion_id: str, model: str) -> dict[str, Any]:
     """A chat.completion with one choice per response."""
     wants = {"logprobs": req.logprobs is not None, "return_token_ids": bool(req.body.get("return_token_ids"))}
-    replies = [completion_json(cut(response, req.max_tokens), wants, completion_id, model) for response in responses]
+    text = scripted_tokens.token_text
+    replies = [completion_json(cut(response, req.max_tokens), wants, completion_id, model, text)
+               for response in responses]
     out = replies[0]
     out["choices"] = [reply["choices"][0] | {"index": i} for i, reply in enumerate(replies)]
     for choice in out["choices"]:
         for entry in (choice["logprobs"] or {}).get("content") or []:
-            entry["top_logprobs"] = [{"token": str(t), "logprob": lp, "bytes": None}
-                                     for t, lp in alternatives(int(entry["token"]), entry["logprob"], req.logprobs)]
+            entry["top_logprobs"] = [
+                {"token": text(t), "logprob": lp, "bytes": list(text(t).encode()), "token_id": t}
+                for t, lp in alternatives(entry["token_id"], entry["logprob"], req.logprobs)]
     out["usage"] = _usage(req, [reply["usage"] for reply in replies])
     return out
 
@@ -208,22 +103,28 @@ def completion_text(message: Message) -> str:
     return "\n".join(parts)
 
 
+def raw_completion(message: Message, limit: int | None) -> tuple[list[str], str]:
+    """The pieces (fake tokens) of ``message`` as a raw completion cut to ``limit``, and its finish reason."""
+    pieces = PIECES.findall(completion_text(message))
+    finish = "length" if limit is not None and len(pieces) > limit else "stop"
+    return pieces[:limit], finish
+
+
 def text_reply(req: ApiRequest, responses: list[ModelResponse], completion_id: str, model: str) -> dict[str, Any]:
     """A text_completion with one choice per response (``n`` per prompt, prompt by prompt)."""
-    choices, usages = [], []
+    choices, usages, text_of = [], [], scripted_tokens.token_text
     for i, response in enumerate(responses):
-        pieces = PIECES.findall(completion_text(response.message))
-        finish = "length" if req.max_tokens is not None and len(pieces) > req.max_tokens else "stop"
-        pieces = pieces[:req.max_tokens]
+        pieces, finish = raw_completion(response.message, req.max_tokens)
         text = "".join(pieces)
         ids, logprobs = scripted_tokens.token_ids(text), scripted_tokens.logprobs(text)
-        prompt_ids = scripted_tokens.token_ids(req.prompts[i // req.n][0]["content"])
+        prompt_ids = req.prompt_ids[i // req.n]
         choice: dict[str, Any] = {"index": i, "text": text, "logprobs": None, "finish_reason": finish}
         if req.logprobs is not None:
-            top = [dict((p if t == token else str(t), x) for t, x in alternatives(token, lp, req.logprobs))
-                   for p, token, lp in zip(pieces, ids, logprobs)]
+            # one map per token, keyed by each alternative's text (the sampled token's among them)
+            top = [{text_of(t): x for t, x in alternatives(token, lp, req.logprobs)}
+                   for token, lp in zip(ids, logprobs)]
             offsets = list(itertools.accumulate((len(p) for p in pieces[:-1]), initial=0)) if pieces else []
-            choice["logprobs"] = {"tokens": pieces, "token_logprobs": logprobs,
+            choice["logprobs"] = {"tokens": [text_of(t) for t in ids], "token_logprobs": logprobs,
                                   "top_logprobs": top if req.logprobs else None, "text_offset": offsets}
         if req.body.get("return_token_ids"):
             choice.update(prompt_token_ids=prompt_ids, token_ids=ids)

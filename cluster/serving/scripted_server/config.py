@@ -48,9 +48,10 @@ class ScriptedServerConfig(StrictModel):
     """JSONL of tasks (rows carry ``task_id``), looked up by the request's metadata ``task_id``."""
     model: str = "scripted"
     """The model name served by ``/v1/models`` and echoed in responses."""
-    check_model: bool = False
-    """Answer 404 (``model_not_found``) to a request naming another model, as OpenAI and vLLM do. Off for the
-    in-process scripted server, whose clients name their scripted model as they like."""
+    check_model: bool = True
+    """Answer 404 (``model_not_found``) to a request naming another model, as OpenAI and vLLM do. Off only for a
+    run's own in-process server (``for_runs``), which serves the run's model under whatever name its config
+    gives it."""
     backlog: int = Field(default=8192, ge=1)
     """Listen backlog: thousands of clients connect at once (the kernel may cap it at somaxconn)."""
     faults: FaultsConfig = Field(default_factory=FaultsConfig)

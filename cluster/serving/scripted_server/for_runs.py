@@ -26,6 +26,7 @@ async def start_demo_server(section: Any, *, dataset: str | Path | None = None, 
     config = validate(ScriptedServerConfig, {
         "policy": POLICIES.resolve(section.policy), "latency": section.latency, "faults": section.faults,
         "dataset": str(dataset) if dataset is not None else None, "host": "0.0.0.0" if remote else "127.0.0.1",
+        "check_model": False,  # the run's model section names the model as it likes; only the run calls it
     }, prefix="fake_server")
     server = await start_scripted_server(config)
     if remote:

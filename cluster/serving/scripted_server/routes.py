@@ -2,11 +2,11 @@
 answer of the aiohttp scripted server (``fake_server``) and of the Ray Serve scripted app (``cluster.serving``).
 
 Routes: ``POST /v1/chat/completions`` (``stream``, ``n``, ``max_tokens``, ``logprobs``/``top_logprobs``),
-``POST /v1/completions`` (text prompts), ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``,
-``POST /v1/sessions/release``; anything else is an OpenAI-shaped 404, and a request OpenAI would refuse is its 400
-naming the field (``fake_api``). The request's ``metadata`` (or ``X-Rollout-Id`` header) becomes the policy's
-``RequestMeta``; its ``task_id`` finds the task in ``dataset`` so a policy can read it.
-"""
+``POST /v1/completions`` (text or token-id prompts), ``POST /inference/v1/generate`` and ``POST /tokenize``
+(``token_routes``), ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``, ``POST /v1/sessions/release``;
+anything else is an OpenAI-shaped 404, a request for another model a 404 (``model_not_found``), and a request
+OpenAI would refuse its 400 naming the field (``checks``). The request's ``metadata`` (or ``X-Rollout-Id`` header)
+becomes the policy's ``RequestMeta``; its ``task_id`` finds the task in ``dataset`` so a policy can read it."""
 
 from __future__ import annotations
 
@@ -15,24 +15,22 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from cluster.serving.scripted_server.api import (
-    ApiRequest,
-    Invalid,
-    Reply,
-    chat_reply,
-    error_body,
-    parse_request,
-    text_reply,
-)
+from cluster.serving.scripted_server.api import Reply, chat_reply, text_reply
+from cluster.serving.scripted_server.checks import ApiRequest, Invalid, load_object, parse_request
 from cluster.serving.scripted_server.config import FaultsConfig, ScriptedServerConfig
 from cluster.serving.scripted_server.stream import chat_events, text_events
+from cluster.serving.scripted_server.token_routes import generate_events, generate_reply, parse_generate, tokenize_reply
 from rollout.data.dataset import load_tasks
 from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models import scripted_tokens
 from rollout.models.scripted import ScriptedModel, ScriptedModelConfig
 from rollout.protocols import ModelResponse
 from rollout.records import RequestMeta
-from rollout.wire.chat import context_length_error, meta_from_request
+from rollout.wire.chat import context_length_error, error_body, meta_from_request
+from rollout.wire.generate import GENERATE_PATH
+
+KINDS = {"/chat/completions": "chat", "/completions": "text", GENERATE_PATH: "generate"}
+"""The completion routes (below ``/v1`` but generate's) and the kind of request each answers."""
 
 
 class ScriptedRoutes:
@@ -87,9 +85,10 @@ class ScriptedRoutes:
         (``cluster.serving.scripted_app``) both answer through this; ``too_large`` refuses the body with 413."""
         endpoint = path.rstrip("/")
         endpoint = endpoint[len("/v1"):] if endpoint.startswith("/v1/") else endpoint
-        if method == "POST" and endpoint in ("/chat/completions", "/completions"):
-            return await self.answer(raw, rollout_header, "chat" if endpoint == "/chat/completions" else "text",
-                                     too_large)
+        if method == "POST" and endpoint in KINDS:
+            return await self.answer(raw, rollout_header, KINDS[endpoint], too_large)
+        if method == "POST" and endpoint == "/tokenize":
+            return self._tokenize(raw)
         if method == "GET" and endpoint == "/models":
             return Reply(200, self.models_json())
         if method == "GET" and endpoint.startswith("/models/"):
@@ -102,13 +101,26 @@ class ScriptedRoutes:
         return Reply(404, error_body(f"Invalid URL ({method} {path}): not a route of this server", 404,
                                      kind="NotFoundError", code="unknown_url"))
 
+    def _tokenize(self, raw: bytes) -> Reply:
+        try:
+            if self._other_model(name := load_object(raw).get("model")):
+                return self._no_model(name)
+            return Reply(200, tokenize_reply(raw))
+        except Invalid as exc:
+            return Reply(400, exc.body())
+
+    def _other_model(self, name: Any) -> bool:
+        """The request names a model this server does not serve (none named: the served one, as vLLM takes it)."""
+        return self.config.check_model and name not in (None, "") and name != self.config.model
+
     def _no_model(self, name: Any) -> Reply:
         message = f"The model `{name}` does not exist; this server serves `{self.config.model}`."
         return Reply(404, error_body(message, 404, kind="NotFoundError", code="model_not_found", param="model"))
 
     async def answer(self, raw: bytes, rollout_header: str = "", kind: str = "chat",
                      too_large: str | None = None) -> Reply:
-        """One completions request body (``kind``: ``chat`` or ``text``) answered, and counted in the stats."""
+        """One completions request body (``kind``: ``chat``, ``text`` or ``generate``) answered, and counted in the
+        stats."""
         self.requests += 1
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -124,10 +136,10 @@ class ScriptedRoutes:
 
     async def _answer(self, raw: bytes, rollout_header: str, kind: str) -> Reply:
         try:
-            req = parse_request(raw, kind)
+            req = parse_generate(raw) if kind == "generate" else parse_request(raw, kind)
         except Invalid as exc:
-            return exc.reply()
-        if self.config.check_model and req.body.get("model") != self.config.model:
+            return Reply(400, exc.body())
+        if self._other_model(req.body.get("model")):
             return self._no_model(req.body.get("model"))
         meta = meta_from_request(req.body, rollout_header)
         faults = self.faults
@@ -148,6 +160,11 @@ class ScriptedRoutes:
         finally:
             if self._owns_model:  # it keeps every request's identity for tests; a server must not grow
                 self.model.requests.clear()
+        if kind == "generate":
+            request_id = str(req.body.get("request_id") or f"generate-tokens-{next(self._ids)}")
+            reply = generate_reply(req, responses, request_id, self.config.model, meta.policy_version)
+            events = generate_events(reply, req.include_usage) if req.stream else None
+            return Reply(200, reply, events=events)
         chat = kind == "chat"
         completion_id = f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids)}"
         reply = (chat_reply if chat else text_reply)(req, responses, completion_id, self.config.model)
@@ -176,7 +193,8 @@ class ScriptedRoutes:
             if n <= faults.fail_first_n + faults.rate_limit_first_n:
                 return Reply(429, error_body("injected rate limit", 429), {"Retry-After": f"{faults.retry_after:g}"})
         limit = faults.context_length_after_tokens
-        if limit is not None and (n_prompt := len(scripted_tokens.prompt_token_ids(req.prompts[0]))) > limit:
+        ids = req.prompt_ids[0] if req.prompt_ids else scripted_tokens.prompt_token_ids(req.prompts[0])
+        if limit is not None and (n_prompt := len(ids)) > limit:
             message = context_length_error(limit, n_prompt, req.body.get("max_tokens") or 0)
             return Reply(400, error_body(message, 400))
         return None

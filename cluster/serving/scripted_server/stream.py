@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cluster.serving.scripted_server.api import PIECES, ROLE_PREFIX
+from cluster.serving.scripted_server.api import PIECES
 
 REST = 1 << 30
 """Take every token left (the finish chunk's: none, unless a fault added text)."""
@@ -42,7 +42,7 @@ def _chat_choice(choice: dict[str, Any], base: dict[str, Any]) -> list[dict[str,
         taken += n
         return {**base, "choices": [one]}
 
-    out = [chunk({"role": "assistant", "content": ""}, len(PIECES.findall(ROLE_PREFIX)))]
+    out = [chunk({"role": "assistant", "content": ""}, 0)]  # the header is the prompt's, not the reply's
     if isinstance(message.get("content"), str):
         out += [chunk({"content": piece}, 1) for piece in PIECES.findall(message["content"])]
     for i, call in enumerate(message.get("tool_calls") or []):

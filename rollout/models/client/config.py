@@ -66,6 +66,12 @@ class OpenAIModelConfig(StrictModel):
     """Keep each rollout's token stream on the client (vLLM): turn k's prompt is turn k-1's prompt ids + its
     completion ids + the ids of the new messages as the server's ``/tokenize`` renders them, sent to
     ``/v1/completions`` as token ids; the stream is exact by construction (``rollout.models.client.token_in``)."""
+    token_in_route: Literal["completions", "generate"] = "completions"
+    """Token-in mode's route: ``completions`` (``/v1/completions`` with a token-id prompt: every vLLM and SGLang
+    serves it) or ``generate`` (vLLM's token-in, token-out ``/inference/v1/generate``: the reply also names the
+    weights version that sampled it, which becomes the turn's ``policy_version``). ``completions`` is the default
+    because ``vllm serve`` mounts generate only with ``--enable-scale-out`` and other engines lack it; this farm's
+    Serve apps (scripted and vLLM) answer both."""
     tokenizer: str | None = None
     """Token-in mode: render prompts with this tokenizer directory (its chat template, ``transformers``) in this
     process instead of the server's ``/tokenize``. Set for a run's ``serve`` vLLM app on ``ray_serve_llm``."""

@@ -6,8 +6,9 @@ prompt), or the model's own tokenizer in this process when ``tokenizer`` names i
 ``/tokenize`` does not work with vLLM 0.32: it looks the tokenizer up under an old name). Turn k's prompt is
 turn k-1's prompt ids + its completion ids + the template's end-of-turn tokens the completion lacks + the ids of
 the messages added since (the observation delta), rendered as the difference between the conversation with them
-and without them. The prompt goes to ``/v1/completions`` as token ids; the completion text is parsed for tool
-calls here (the server's chat parser is not in this path). When the agent rewrites earlier messages (a
+and without them. The prompt goes as token ids to ``/v1/completions``, or (``token_in_route: generate``) to vLLM's
+``/inference/v1/generate``, whose reply also names the weights version that sampled it; the completion text is
+parsed for tool calls here (the server's chat parser is not in this path). When the agent rewrites earlier messages (a
 conversation that is not append-only), or the template does not render the conversation append-only, the stream
 starts over from a fresh rendering; the contiguity check
 (``rollout.train.tokens``) then reports the break.
@@ -24,6 +25,7 @@ from rollout.errors import ModelError
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta, Usage
 from rollout.wire.chat import snippet
+from rollout.wire.generate import GENERATE_PATH, Generated, generate_body, parse_generate
 
 DEFAULT_MAX_TOKENS = 1024
 """``/v1/completions`` answers 16 tokens unless told: a turn without ``max_tokens`` gets this many at most (less
@@ -49,6 +51,7 @@ class TokenStreams:
         base = model.config.base_url.rstrip("/")
         self.root = base[: -len("/v1")] if base.endswith("/v1") else base
         self.completions_url = base + "/completions"
+        self.generate_url = self.root + GENERATE_PATH
         self.streams: dict[str, _Stream] = {}
         self._end_of_turn: list[int] | None = None
         self._max_model_len: int | None = None
@@ -77,15 +80,19 @@ class TokenStreams:
                        text: str | None) -> list[int]:
         """The same rendering with the model's own tokenizer and chat template, in this process (``tokenizer``):
         what vLLM's ``/tokenize`` does, for servers whose route is missing or broken."""
+        tokenizer = self.local_tokenizer()
+        if text is not None:
+            return list(tokenizer.encode(text, add_special_tokens=False))
+        ids = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True,
+                                                  add_generation_prompt=generation_prompt, return_dict=False)
+        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+    def local_tokenizer(self) -> Any:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.model.config.tokenizer)
-        if text is not None:
-            return list(self._tokenizer.encode(text, add_special_tokens=False))
-        ids = self._tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True,
-                                                  add_generation_prompt=generation_prompt, return_dict=False)
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return self._tokenizer
 
     async def end_of_turn(self, headers: dict[str, str]) -> list[int]:
         """The tokens the template puts after an assistant message's content (``<|im_end|>\\n`` for ChatML)."""
@@ -128,16 +135,15 @@ class TokenStreams:
         if body.get("max_tokens") is None:
             room = (self._max_model_len - len(prompt)) if self._max_model_len else DEFAULT_MAX_TOKENS
             body["max_tokens"] = max(1, min(DEFAULT_MAX_TOKENS, room))
-        data = await model._post(body, headers, self.completions_url)
+        generate = cfg.token_in_route == "generate"
+        url = self.generate_url if generate else self.completions_url
+        data = await model._post(generate_body(prompt, body) if generate else body, headers, url)
         try:
-            choice = data["choices"][0]
-            completion = list(choice["token_ids"])
-            logprobs = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
-            text = choice.get("text") or ""
+            got = parse_generate(data) if generate else parse_completion(data)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ModelError(f"POST {self.completions_url}: malformed response ({exc!r}): "
-                             f"{snippet(json.dumps(data))}") from None
-        finish = choice.get("finish_reason")
+            raise ModelError(f"POST {url}: malformed response ({exc!r}): {snippet(json.dumps(data))}") from None
+        completion, logprobs, finish = got.completion_ids, got.logprobs, got.finish_reason
+        text = got.text if got.text is not None else await self.detokenize(completion, headers)
         message = assistant_message(text, bool(tools), cfg.tool_call_format)
         if message.get("tool_calls") and finish == "stop":
             finish = "tool_calls"
@@ -148,8 +154,26 @@ class TokenStreams:
             usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(completion),
                         total_tokens=len(prompt) + len(completion)),
             prompt_token_ids=prompt, completion_token_ids=completion, logprobs=logprobs or None,
-            model=data.get("model") or cfg.model,
+            model=data.get("model") or cfg.model, policy_version=got.weight_version,
         )
+
+    async def detokenize(self, ids: list[int], headers: dict[str, str]) -> str:
+        """The text of ``ids``, for a generate server that answered token ids only: the model's own tokenizer
+        (``tokenizer``), else the server's ``/detokenize``."""
+        if self.model.config.tokenizer:
+            return self.local_tokenizer().decode(ids, skip_special_tokens=True)
+        data = await self.model._post({"model": self.model.config.model, "tokens": ids}, headers,
+                                      self.root + "/detokenize")
+        return str(data["prompt"])
+
+
+def parse_completion(data: dict[str, Any]) -> Generated:
+    """A ``/v1/completions`` reply to a token-id prompt, read as a generate reply is."""
+    choice = data["choices"][0]
+    return Generated(prompt_ids=None, completion_ids=list(choice["token_ids"]),
+                     logprobs=[float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []],
+                     finish_reason=choice.get("finish_reason"), text=choice.get("text") or "", weight_version=None,
+                     model=data.get("model") or "")
 
 
 def assistant_message(text: str, with_tools: bool, tool_call_format: str = "hermes") -> Message:

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from cluster.serving.scripted_server.server import ScriptedServerConfig, serve_in_thread
+from rollout.models import scripted_tokens
 from rollout.models.client.token_in import assistant_message
 from rollout.models.scripted import ScriptedModel
 
@@ -177,9 +178,14 @@ def test_max_tokens_cuts_the_reply_to_that_many_tokens_with_finish_reason_length
     assert "".join(c.choices[0].delta.content or "" for c in streamed) == cut.choices[0].message.content
     assert streamed[-1].choices[0].finish_reason == "length"
     assert chat(client, text, max_tokens=n).choices[0].finish_reason == "stop"
-    tool = chat(client, "tool", max_tokens=7).choices[0]  # the assistant header's 5 fake tokens, then "Listing", "."
+    tool = chat(client, "tool", max_tokens=2, logprobs=True).choices[0]  # "Listing", "."
     assert tool.finish_reason == "length" and not tool.message.tool_calls and tool.message.content == "Listing."
-    assert chat(client, "tool", max_tokens=9).choices[0].message.content.startswith("Listing.{")  # a call cut short
+    assert [entry.token for entry in tool.logprobs.content] == ["Listing", "."]
+    assert chat(client, "tool", max_tokens=4).choices[0].message.content.startswith("Listing.{")  # a call cut short
+    for limit in range(1, 6):  # the content is the text of exactly the tokens reported
+        short = chat(client, text, max_tokens=limit, logprobs=True).choices[0]
+        assert "".join(entry.token for entry in short.logprobs.content) == short.message.content
+        assert len(short.logprobs.content) == limit and short.message.content
 
 
 def test_top_logprobs_lists_k_deterministic_alternatives_for_every_token(client):
@@ -213,8 +219,11 @@ def test_text_completions_answer_a_prompt_with_token_data_tool_calls_as_hermes_t
     assert long.choices[0].finish_reason == "length" and long.usage.completion_tokens == 16
     two = client.completions.create(model="scripted", prompt="hi", n=2)
     assert [(c.index, c.text) for c in two.choices] == [(0, "echo: hi"), (1, "echo: hi")]
+    ids = scripted_tokens.prompt_token_ids([{"role": "user", "content": "from ids"}])  # a token-id prompt
+    by_ids = client.completions.create(model="scripted", prompt=ids, extra_body={"return_token_ids": True})
+    assert by_ids.choices[0].text == "echo: from ids" and by_ids.choices[0].model_extra["prompt_token_ids"] == ids
     with pytest.raises(openai.BadRequestError) as caught:
-        client.completions.create(model="scripted", prompt=[101, 102, 103])
+        client.completions.create(model="scripted", prompt=[101, "x"])
     assert caught.value.body["param"] == "prompt"
 
 

@@ -172,7 +172,7 @@ def test_token_ids_and_logprobs(server, token_data):
         assert response.prompt_token_ids is None and response.completion_token_ids is None and response.logprobs is None
         return
     assert response.prompt_token_ids == scripted_tokens.prompt_token_ids(messages)
-    assert response.completion_token_ids == scripted_tokens.token_ids(scripted_tokens.render_message(response.message))
+    assert response.completion_token_ids == scripted_tokens.token_ids(scripted_tokens.render_reply(response.message))
     assert len(response.logprobs) == len(response.completion_token_ids) == response.usage.completion_tokens
     assert all(-3 < lp <= 0 for lp in response.logprobs)
 
