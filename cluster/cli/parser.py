@@ -6,6 +6,7 @@ listed for ``--help`` only), and
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 GYM = {"serve": ("cluster.gym.server:serve_main", "the NeMo-Gym-compatible agent server (/run, /v1/responses)"),
        "collect": ("cluster.gym.collect:main", "run NeMo Gym rows through the farm into rollouts JSONL; resumable")}
@@ -14,6 +15,7 @@ GYM = {"serve": ("cluster.gym.server:serve_main", "the NeMo-Gym-compatible agent
 
 def build_parser() -> argparse.ArgumentParser:
     from cluster.cli.version import DIST, package_version
+    from cluster.names import POLICIES
 
     parser = argparse.ArgumentParser(prog="rollout",
                                      description="Run LLM-agent rollouts and write resumable run directories.")
@@ -81,11 +83,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     fake = sub.add_parser("fake-server", help="serve scripted policies as an OpenAI-compatible endpoint")
     fake.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0: all)")
-    fake.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
-    fake.add_argument("--policy", default="echo", help="short name or dotted path of a scripted policy")
-    fake.add_argument("--latency", type=float, default=0.0, help="seconds per completion")
-    fake.add_argument("--dataset", default=None, help="JSONL tasks the policy may look up by task id")
+    fake.add_argument("--port", type=port_number, default=8000, help="port to listen on (default 8000; 0: a free one)")
+    fake.add_argument("--policy", default="echo", type=policy_name,
+                      help=f"the scripted policy that answers: one of {', '.join(POLICIES.names())} (default echo), "
+                      "or a dotted path pkg.module:function")
+    fake.add_argument("--latency", type=seconds, default=0.0, help="seconds per completion")
+    fake.add_argument("--dataset", default=None, type=existing_file,
+                      help="JSONL tasks the policy may look up by task id")
     fake.add_argument("--model", default="scripted", help="model name reported by the server")
     return parser
 
 
+# ---- argument types: a bad value is an error naming its flag (``argument --policy: ...``), exit 2 -------------
+
+
+def policy_name(text: str) -> str:
+    """A scripted policy that loads: a short name of any package's table (``cluster.names.POLICIES``) or a path."""
+    from cluster.names import POLICIES
+    from rollout.errors import ConfigError
+
+    try:
+        POLICIES.load(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
+def port_number(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"seconds, 0 or more, got {text!r}")
+    return value
+
+
+def existing_file(text: str) -> str:
+    if not Path(text).expanduser().is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return text

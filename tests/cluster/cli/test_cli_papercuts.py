@@ -233,3 +233,30 @@ def test_run_id_on_the_command_line_names_the_run_beside_the_files_output_dir(tm
     assert out.returncode == 0, out.stderr
     assert f"run directory: {tmp_path / 'elsewhere'}" in out.stderr.splitlines()
     assert not (tmp_path / "mine2").exists()
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--policy", "nosuch", "unknown policy 'nosuch'; choose one of "),
+    ("--policy", "nowhere.module:policy", "cannot import 'nowhere.module'"),
+    ("--latency", "-1", "seconds, 0 or more, got '-1'"),
+    ("--port", "99999", "a port is a number from 0 to 65535"),
+    ("--dataset", "no-such-tasks.jsonl", "no such file: no-such-tasks.jsonl"),
+])
+def test_fake_server_errors_name_the_flag_the_user_typed(flag, value, said):
+    port = [] if flag == "--port" else ["--port", "0"]  # should the value pass, nothing is left listening on 8000
+    out = rollout("fake-server", *port, flag, value, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines()[-1].startswith(f"rollout fake-server: error: argument {flag}: {said}"), out.stderr
+    assert "model.policy" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_fake_server_help_lists_every_policy_it_takes_by_name():
+    from cluster.names import POLICIES
+
+    out = rollout("fake-server", "--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())  # argparse wraps the help
+    assert {"demo", "echo", "gold"} <= set(POLICIES.names())  # every package's policies: rollout's, envs', agents'
+    assert f"one of {', '.join(POLICIES.names())} (default echo)" in text
+    wrong = rollout("fake-server", "--policy", "nosuch", "--port", "0")
+    assert all(name in wrong.stderr for name in POLICIES.names())  # the error lists the same names
