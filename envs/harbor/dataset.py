@@ -52,7 +52,7 @@ def load_task(path: Path, environ: dict[str, str] | None = None) -> Task:
     problem = id_problem(path.name)
     if problem:
         raise ConfigError(f"task directory name {path.name!r}: {problem}", where)
-    text = _read(path / "task.toml", where)
+    text = _read(path / "task.toml", where, empty_ok=True)  # every field has a default
     try:
         config = parse_task_toml(text, environ)
     except TaskConfigError as exc:
@@ -105,14 +105,14 @@ def _check_tests(path: Path, steps: list[str], where: str) -> None:
         raise ConfigError("no tests/test.sh: the verifier has nothing to run", where)
 
 
-def _read(file: Path, where: str) -> str:
+def _read(file: Path, where: str, empty_ok: bool = False) -> str:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{file.name} is missing", where) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {file.name}: {exc}", where) from None
-    if not text.strip():
+    if not text.strip() and not empty_ok:
         raise ConfigError(f"{file.name} is empty", where)
     return text
 
