@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from cluster.cli.parser import HelpParser
 from rollout.errors import ConfigError
 
 REGISTRY_HELP = ("HOST:PORT/prefix to push the images to, for the nodes of a farm "
@@ -21,7 +22,7 @@ REGISTRY_HELP = ("HOST:PORT/prefix to push the images to, for the nodes of a far
 def build_parser() -> argparse.ArgumentParser:
     from envs.images.base_image import DEFAULT_BASE_IMAGE, DEFAULT_MIRROR
 
-    parser = argparse.ArgumentParser(prog="rollout images", description="Build container images without a registry.")
+    parser = HelpParser(prog="rollout images", description="Build container images without a registry.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     base = sub.add_parser("base", help="the base image: Debian + python3, pytest and git, from debootstrap (root)")
@@ -32,8 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     base.add_argument("--workdir", default=None, help="where the temporary rootfs goes (default: the temp dir)")
     base.add_argument("--registry", default=os.environ.get("ROLLOUT_REGISTRY"), help=REGISTRY_HELP)
 
-    build = sub.add_parser("build", help="an image per dataset row with repo_path: the repo at base_commit in /testbed")
-    build.add_argument("dataset", help="JSONL or JSON dataset; repo_path is relative to this file")
+    build = sub.add_parser("build", help="an image per dataset row with repo_path: the repo at base_commit in "
+                           "/testbed; or per Harbor task of a task directory, from its environment/")
+    build.add_argument("dataset", help="JSONL or JSON dataset (repo_path is relative to this file), or a directory "
+                       "of Harbor tasks")
     build.add_argument("--base", default=DEFAULT_BASE_IMAGE, help="image to build FROM (built first if it is the "
                        "default and missing)")
     build.add_argument("--parallel", type=int, default=2, help="builds at a time")
@@ -87,6 +90,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     if args.parallel < 1:
         raise ConfigError(f"must be at least 1, got {args.parallel}", "--parallel")
+    if os.path.isdir(args.dataset):
+        return _build_harbor(args)
     from envs.swe.env import check_grading_fields
 
     # a bad dataset is exit 2, before a minute goes into the base image
@@ -105,6 +110,22 @@ def cmd_build(args: argparse.Namespace) -> int:
         done = set(report.built) | set(report.skipped)
         _push(registry, [args.base] + [image_for(t, args.base) for t in tasks if t.task_id in done])
     return 1 if report.failed else 0
+
+
+def _build_harbor(args: argparse.Namespace) -> int:
+    from envs.harbor.dataset import load_harbor_tasks
+    from envs.harbor.images import build_task_images
+
+    tasks = load_harbor_tasks(args.dataset)  # a bad task is exit 2, before any build
+    registry = _registry(args.registry)
+    images, failed = build_task_images(tasks, parallel=args.parallel, force=args.force,
+                                       log=lambda line: print(line, flush=True))
+    print(f"{len(images)} of {len(tasks)} task images ready, {len(failed)} failed")
+    for ident, error in failed:
+        print(f"failed: {ident}: {error}", file=sys.stderr)
+    if registry is not None:
+        _push(registry, sorted(set(images)))
+    return 1 if failed else 0
 
 
 def cmd_prune(args: argparse.Namespace) -> int:

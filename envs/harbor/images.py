@@ -140,7 +140,7 @@ def ensure_task_image(harbor: dict[str, Any], files: Any, *, timeout: float = 60
 
 
 def build_image(tag: str, files: Any, dockerfile: str, context: str, *, timeout: float = 600.0,
-                log: Callable[[str], Any] | None = None) -> float:
+                log: Callable[[str], Any] | None = None, nocache: bool = False) -> float:
     """Build ``tag`` from the archive's ``context`` folder; the seconds it took."""
     import docker
 
@@ -157,7 +157,8 @@ def build_image(tag: str, files: Any, dockerfile: str, context: str, *, timeout:
         log(f"building {tag} ({len(body) >> 10} kB context)")
     try:
         client.images.build(fileobj=io.BytesIO(body), custom_context=True, dockerfile=rel, tag=tag, rm=True,
-                            forcerm=True, pull=False, labels={"rollout-farm.harbor": "1"})
+                            forcerm=True, pull=False, labels={"rollout-farm.harbor": "1"},
+                            nocache=nocache)
     except docker.errors.BuildError as exc:
         lines = [str(e.get("stream") or e.get("error") or "") for e in exc.build_log]
         raise ImageError(f"docker build of {tag} failed: {exc.msg}\n{last_lines(''.join(lines))}") from None
@@ -187,3 +188,38 @@ def image_workdir(image: str) -> str | None:
         return docker_client().api.inspect_image(image)["Config"].get("WorkingDir") or None
     except Exception:  # noqa: BLE001 - the container start says what is wrong with the image
         return None
+
+
+def build_task_images(tasks: list[Any], *, parallel: int = 2, force: bool = False,
+                      log: Callable[[str], Any] = print) -> tuple[list[str], list[tuple[str, str]]]:
+    """Every task's image built ahead (``rollout images build DIR``), ``parallel`` at a time, a line per task as it
+    ends; (the images the tasks run, the (task, error) of those that failed)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from envs.harbor.archive import task_files
+
+    def one(task: Any) -> tuple[str, str]:
+        harbor = task.data["harbor"]
+        tag = harbor.get("build")
+        client = docker_client()
+        if tag is None or (not force and image_present(client, tag)):
+            image = ensure_task_image(harbor, None) if tag is None else tag
+            return image, "present"
+        seconds = build_image(tag, task_files(task.data["task_archive"]), harbor["dockerfile"], harbor["context"],
+                              nocache=force)
+        return tag, f"built in {seconds:.1f}s"
+
+    images, failed, done = [], [], 0
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = {pool.submit(one, task): task for task in tasks}
+        for future in as_completed(futures):
+            task, done = futures[future], done + 1
+            try:
+                image, what = future.result()
+            except ImageError as exc:
+                failed.append((task.task_id, str(exc)))
+                log(f"[{done}/{len(tasks)}] {task.task_id}: failed: {str(exc).splitlines()[0]}")
+                continue
+            images.append(image)
+            log(f"[{done}/{len(tasks)}] {task.task_id}: {image} {what}")
+    return images, failed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,17 @@ def test_variables_and_a_public_network_when_the_run_allows_it(base_image, tmp_p
     result = asyncio.run(run_rollout(opened, OracleAgent(), ScriptedModel(outputs=["-"]), env,
                                      verifier=HarborVerifier(env=env)))
     assert result.reward_details["rewards"] == {"reward": 1.0, "network": 1.0}  # the probe's control
+
+
+def test_the_images_command_builds_task_images_ahead(base_image, tmp_path, capsys):
+    from cluster.cli import images
+
+    shutil.copytree(HARBOR / "tasks" / "fix-fizzbuzz", tmp_path / "fix-fizzbuzz")
+    write(tmp_path / "missing-base", {"task.toml": "", "instruction.md": "x\n", "tests/test.sh": "true\n",
+                                      "environment/Dockerfile": "FROM rollout-farm/never-built:2\n"})
+    assert images.main(["build", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    tag = load_harbor_tasks(tmp_path / "fix-fizzbuzz")[0].data["harbor"]["build"]
+    assert f"fix-fizzbuzz: {tag} " in out and "1 of 2 task images ready, 1 failed" in out
+    assert "missing-base: environment/Dockerfile: FROM rollout-farm/never-built:2 is not an image of this" in err
+    assert subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
