@@ -19,13 +19,14 @@ from typing import Any
 
 import yaml
 
+from cluster.cli.parser import HelpParser
 from rollout.errors import ConfigError
 
 EXPECTED = {"oracle": 1.0, "nop": 0.0}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollout check-tasks", description=__doc__.split("\n\n")[0])
+    parser = HelpParser(prog="rollout check-tasks", description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", help="a directory of Harbor tasks, or one task")
     parser.add_argument("--runtime", choices=["docker", "podman"], default="docker", help="container engine")
     parser.add_argument("--concurrency", type=int, default=2, help="tasks checked at once (default 2)")

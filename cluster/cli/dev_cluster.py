@@ -22,12 +22,14 @@ import sys
 import time
 from pathlib import Path
 
+from cluster.cli.parser import HelpParser
+
 STATE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollout-farm" / "dev-cluster.json"
 ROOT = Path("/tmp") / "rollout-farm-dev-cluster"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollout dev-cluster", description=__doc__.splitlines()[0])
+    parser = HelpParser(prog="rollout dev-cluster", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a head and N separate machines")
     up.add_argument("--nodes", type=int, default=2, help="sandbox machines (default 2)")

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cluster.cli.parser import HelpParser
 from rollout.errors import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollout eval", description="Grade SWE-bench predictions against a dataset, "
-                                     "each instance in a fresh runtime, and write the harness's reports.")
+    parser = HelpParser(prog="rollout eval", description="Grade SWE-bench predictions against a dataset, "
+                        "each instance in a fresh runtime, and write the harness's reports.")
     parser.add_argument("--dataset", required=True, help="SWE-bench-style JSONL or JSON; repo_path is relative to it")
     parser.add_argument("--predictions", required=True, help="predictions: a JSON object by instance id, a JSON "
                         "list, or JSONL (instance_id, model_name_or_path, model_patch)")

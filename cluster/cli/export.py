@@ -8,17 +8,18 @@ Exit codes: 0 written (rollouts without a trajectory are named on stderr); 2 no 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+from cluster.cli.parser import HelpParser
 
 
 def main(argv: list[str]) -> int:
     from cluster.cli.status import find_run_dir
     from rollout.formats.export import FORMATS, AgentNames, export_run
 
-    parser = argparse.ArgumentParser(prog="rollout export", description="Write a run's rollouts in another format: "
-                                     "ATIF trajectory files (Harbor and other agent projects read them) or SFT rows.")
+    parser = HelpParser(prog="rollout export", description="Write a run's rollouts in another format: "
+                        "ATIF trajectory files (Harbor and other agent projects read them) or SFT rows.")
     parser.add_argument("run", metavar="RUN_DIR_OR_RUN_ID", help="a run directory, or a run id under $ROLLOUT_HOME")
     parser.add_argument("--format", dest="fmt", choices=FORMATS, required=True,
                         help="atif: one ATIF-v1.8 JSON file per rollout; sharegpt: one JSONL row per rollout in "

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import sys
 
+from cluster.cli.parser import HelpParser
 from rollout.errors import ConfigError
 
 EXIT_INFRA_FAILED = 3
@@ -104,7 +105,7 @@ def gym_main(argv: list[str]) -> int:
 
     from cluster.cli.parser import GYM
 
-    parser = argparse.ArgumentParser(prog="rollout gym", description="NeMo Gym's contract on the farm.")
+    parser = HelpParser(prog="rollout gym", description="NeMo Gym's contract on the farm.")
     sub = parser.add_subparsers(dest="name", required=True)
     for name, (_, text) in GYM.items():
         sub.add_parser(name, help=text, add_help=False)

@@ -11,12 +11,13 @@ the metrics ports of a running cluster's nodes instead.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
+
+from cluster.cli.parser import HelpParser
 
 SD_FILE = "prom_metrics_service_discovery.json"
 
@@ -49,7 +50,7 @@ def cluster_targets(address: str | None) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rollout metrics", description=__doc__.split("\n\n")[0])
+    parser = HelpParser(prog="rollout metrics", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cfg = sub.add_parser("scrape-config", help="print a Prometheus scrape config for the farm's metrics")
     cfg.add_argument("--interval", type=float, default=5.0, help="scrape interval in seconds (default 5)")

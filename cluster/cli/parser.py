@@ -6,7 +6,33 @@ listed for ``--help`` only), and
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
+
+
+class PlainHelpFormatter(argparse.HelpFormatter):
+    """Help whose text came from docstrings, shown as plain text: reStructuredText's inline literals (two backticks
+    each side) lose their markup, in descriptions, epilogs and every argument's help."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain(super()._expand_help(action))
+
+
+class HelpParser(argparse.ArgumentParser):
+    """The CLI's argument parser: its help and its subcommands' (which are HelpParsers too) in plain text."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", PlainHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def plain(text: str) -> str:
+    """``text`` without reStructuredText inline-literal markup."""
+    return re.sub(r"``(.+?)``", r"\1", text, flags=re.S)
+
 
 GYM = {"serve": ("cluster.gym.server:serve_main", "the NeMo-Gym-compatible agent server (/run, /v1/responses)"),
        "collect": ("cluster.gym.collect:main", "run NeMo Gym rows through the farm into rollouts JSONL; resumable")}
@@ -17,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     from cluster.cli.version import DIST, package_version
     from cluster.names import POLICIES
 
-    parser = argparse.ArgumentParser(prog="rollout",
-                                     description="Run LLM-agent rollouts and write resumable run directories.")
+    parser = HelpParser(prog="rollout",
+                        description="Run LLM-agent rollouts and write resumable run directories.")
     parser.add_argument("--version", action="version", version=f"{DIST} {package_version()}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)

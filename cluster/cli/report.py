@@ -7,10 +7,11 @@ report.html is still written), 2 when there is no such run.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any, Callable
+
+from cluster.cli.parser import HelpParser
 
 REPORT_HTML = "report.html"
 SUMMARY_PNG = "summary.png"
@@ -47,8 +48,8 @@ def missing_png_reason() -> str:
 def main(argv: list[str]) -> int:
     from cluster.cli.status import find_run_dir
 
-    parser = argparse.ArgumentParser(prog="rollout report", description="Write a run's report.html (charts, "
-                                     "self-contained) and summary.png again from its run directory.")
+    parser = HelpParser(prog="rollout report", description="Write a run's report.html (charts, "
+                        "self-contained) and summary.png again from its run directory.")
     parser.add_argument("run", metavar="RUN_DIR_OR_RUN_ID", help="a run directory, or a run id under $ROLLOUT_HOME")
     args = parser.parse_args(argv)
     try:

@@ -8,16 +8,17 @@ On an embedded cluster ``rollout serve`` stays up until interrupted (the cluster
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 import threading
 import time
 
+from cluster.cli.parser import HelpParser
+
 
 def serve_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rollout serve", description=__doc__.split("\n\n")[0])
+    parser = HelpParser(prog="rollout serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("items", nargs="+", metavar="CONFIG|key=value")
     parser.add_argument("--address", default=None, help="Ray cluster to deploy on (default $RAY_ADDRESS, else "
                         "an embedded one that lives as long as this command)")
@@ -69,7 +70,7 @@ def serve_main(argv: list[str]) -> int:
 
 
 def models_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rollout models", description="models for the CPU tier")
+    parser = HelpParser(prog="rollout models", description="models for the CPU tier")
     sub = parser.add_subparsers(dest="command", required=True)
     tiny = sub.add_parser("tiny", help="write a tiny Qwen2-architecture model (random weights) to DIR")
     tiny.add_argument("dir", metavar="DIR")

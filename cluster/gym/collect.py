@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from cluster.cli.parser import HelpParser
 from cluster.gym.collect_files import CollectError, Ledger, Pair, check_stamp, read_rows, sidecar_and_stamp
 from cluster.gym.rows import RowError, legacy_task
 from rollout.errors import ConfigError
@@ -35,8 +36,8 @@ EXIT_BAD, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollout gym collect", description="Run NeMo Gym rows through the farm "
-                                     "into a rollouts JSONL (and a failures sidecar); re-running resumes.")
+    parser = HelpParser(prog="rollout gym collect", description="Run NeMo Gym rows through the farm "
+                        "into a rollouts JSONL (and a failures sidecar); re-running resumes.")
     add = parser.add_argument
     add("items", nargs="+", metavar="CONFIG|key=value", help="run configs (merged in order), then key.path=value")
     add("--input", required=True, type=Path, metavar="ROWS.jsonl", help="NeMo Gym rows, one JSON object a line")

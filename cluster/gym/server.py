@@ -8,7 +8,6 @@ URL), a ``fake_server`` starts with the farm. Prints the agent server's URL, ser
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import signal
@@ -16,6 +15,7 @@ import sys
 import threading
 from typing import Any
 
+from cluster.cli.parser import HelpParser
 from cluster.gym.config import GymSection, give_cleanup_timeout
 
 
@@ -105,7 +105,7 @@ def _assembly(raw: dict[str, Any], address: str | None) -> Any:
 
 
 def serve_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rollout gym serve", description=__doc__.split("\n\n")[0])
+    parser = HelpParser(prog="rollout gym serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("items", nargs="+", metavar="CONFIG|key=value")
     parser.add_argument("--host", default=None, help="interface (default gym.host: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default gym.port: 8000)")

@@ -216,7 +216,8 @@ def calc_rows(n: int, seed: int = 0) -> list[dict]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.resources.calc_server", description=__doc__.split("\n")[0])
+    summary = __doc__.split("\n")[0].replace("``", "")  # the help shows plain text, not RST markup
+    parser = argparse.ArgumentParser(prog="python -m envs.resources.calc_server", description=summary)
     parser.add_argument("--port", type=int, help="serve on this port")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--rows", type=int, help="print this many rows as JSONL instead of serving")

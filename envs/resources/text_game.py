@@ -180,7 +180,8 @@ def create_app() -> FastAPI:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.resources.text_game", description=__doc__.split("\n")[0])
+    summary = __doc__.split("\n")[0].replace("``", "")  # the help shows plain text, not RST markup
+    parser = argparse.ArgumentParser(prog="python -m envs.resources.text_game", description=summary)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)

@@ -117,7 +117,8 @@ COMMANDS = ["rollout", "rollout run", "rollout status", "rollout repair", "rollo
             "rollout images build", "rollout images prune", "rollout eval", "rollout serve", "rollout models",
             "rollout models tiny", "rollout gym", "rollout gym serve", "rollout gym collect", "rollout gc",
             "rollout fake-server", "rollout report", "rollout metrics", "rollout metrics scrape-config",
-            "rollout dev-cluster", "rollout dev-cluster up", "rollout dev-cluster status", "rollout dev-cluster down"]
+            "rollout dev-cluster", "rollout dev-cluster up", "rollout dev-cluster status", "rollout dev-cluster down",
+            "rollout export", "rollout check-tasks"]
 
 
 def test_the_walk_reaches_every_subcommand():
@@ -128,6 +129,24 @@ def test_the_walk_reaches_every_subcommand():
 def test_every_option_has_help(command):
     parser = parsers()[command]
     assert [a.option_strings for a in parser._actions if a.option_strings and not a.help] == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_is_plain_text_without_docstring_markup(command):
+    """Descriptions and option help come from docstrings, written in reStructuredText: the help shows ``x`` as x."""
+    text = parsers()[command].format_help()
+    assert "``" not in text, text
+
+
+def test_a_help_made_from_a_docstring_keeps_its_words():
+    text = " ".join(parsers()["rollout serve"].format_help().split())
+    assert "rollout serve CONFIG [key=value ...]: deploy a config's serve section on Ray Serve" in text
+
+
+@pytest.mark.parametrize("module", ["envs.resources.calc_server", "envs.resources.text_game", "envs.swe.mini"])
+def test_the_python_m_tools_help_is_plain_text_too(module):
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.startswith("usage: ") and "``" not in out.stdout, out.stdout
 
 
 def closed_port() -> int:
