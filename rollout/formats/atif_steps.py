@@ -44,7 +44,10 @@ class _Builder:
         self.messages, self.steps, self.breaks = trajectory.messages, trajectory.steps, breaks
         self.out: list[dict[str, Any]] = []
         self.holder: dict[str, Any] | None = None
-        """The latest agent step of the conversation: the messages after it are its observation."""
+        """The latest agent step of the conversation after its first recorded reply: the messages after it are its
+        observation. Before that reply the messages are the prompt: system and user steps."""
+        self.opening_call: dict[str, Any] | None = None
+        """The latest copied agent step of the prompt (a tool message answering it is its observation)."""
         self.recorded_out = False
         """Whether a recorded model call is in ``out`` yet (a conversation's opening after one is re-sent context)."""
 
@@ -58,7 +61,7 @@ class _Builder:
                 self._emit(self._agent(step, shown=False), step)
                 continue
             self._context(cursor, at)
-            self.holder = self._emit(self._agent(step, shown=True), step)
+            self.holder, self.opening_call = self._emit(self._agent(step, shown=True), step), None
             pending.append((self.holder, step))
             cursor = at + 1
         self._context(cursor, len(self.messages))
@@ -79,8 +82,17 @@ class _Builder:
         for message in self.messages[start:end]:
             role = str(message.get("role") or "")
             if role == "assistant":
-                self.holder = self._emit(_copied_agent(message))
-            elif self.holder is None:
+                copied = self._emit(_copied_agent(message))
+                self.holder = copied if self.holder is not None else None
+                self.opening_call = copied if self.holder is None else None
+            elif self.holder is not None or self._answers_opening_call(message):
+                holder = self.holder or self.opening_call
+                ids = _call_ids(holder)
+                call_id = message.get("tool_call_id")
+                result = {"source_call_id": call_id if call_id in ids else None, "content": message_text(message),
+                          "extra": {"role": role}}
+                holder.setdefault("observation", {"results": []})["results"].append(_compact(result))
+            else:
                 atif = {"step_id": 0, "source": "system" if role in SYSTEM_ROLES else "user",
                         "message": message_text(message)}
                 if role not in ("system", "user"):
@@ -88,12 +100,10 @@ class _Builder:
                 if self.recorded_out:
                     atif["is_copied_context"] = True
                 self._emit(atif)
-            else:
-                ids = _call_ids(self.holder)
-                call_id = message.get("tool_call_id")
-                result = {"source_call_id": call_id if call_id in ids else None, "content": message_text(message),
-                          "extra": {"role": role}}
-                self.holder.setdefault("observation", {"results": []})["results"].append(_compact(result))
+
+    def _answers_opening_call(self, message: Message) -> bool:
+        """A tool message answering a call of a copied turn in the prompt (a few-shot tool call) is its result."""
+        return self.opening_call is not None and message.get("tool_call_id") in _call_ids(self.opening_call)
 
     def _agent(self, step: Step, shown: bool) -> dict[str, Any]:
         atif = _agent_message(step.message, step.index)
@@ -118,15 +128,17 @@ class _Builder:
 
 
 def _positions(messages: list[Message], steps: list[Step]) -> dict[int, int]:
-    """Step index -> the position of its reply in ``messages``, found in order (a step not found has none)."""
+    """Step index -> the position of its reply in ``messages`` (a step not found has none). Matched from the end:
+    the conversation is the latest one, so it holds the latest replies (an earlier conversation's reply with the
+    same text is not mistaken for one of them)."""
     keys = [_canon(m) if m.get("role") == "assistant" else None for m in messages]
     found: dict[int, int] = {}
-    start = 0
-    for index, step in enumerate(steps):
-        key = _canon(step.message)
-        at = next((j for j in range(start, len(keys)) if keys[j] == key), None)
+    end = len(keys)
+    for index in range(len(steps) - 1, -1, -1):
+        key = _canon(steps[index].message)
+        at = next((j for j in range(end - 1, -1, -1) if keys[j] == key), None)
         if at is not None:
-            found[index], start = at, at + 1
+            found[index], end = at, at
     return found
 
 
