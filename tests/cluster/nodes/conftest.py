@@ -85,8 +85,8 @@ def output(process: subprocess.Popen) -> str:
     return Path(process.log_path).read_text(errors="replace")
 
 
-def results(head_files: Path) -> list[dict]:
-    path = head_files / "run" / "results.jsonl"
+def results(head_files: Path, run: str = "run") -> list[dict]:
+    path = head_files / run / "results.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

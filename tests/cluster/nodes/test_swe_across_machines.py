@@ -45,8 +45,8 @@ def labelled(machine) -> list[str]:
     return done.stdout.split()
 
 
-def test_the_demo_resolves_on_fresh_machines_with_images_through_the_object_store(ray_cluster, two_machines,
-                                                                                    head_files):
+def test_the_demo_and_harbor_tasks_resolve_on_fresh_machines_with_images_through_the_object_store(
+        ray_cluster, two_machines, head_files):
     address = ray_cluster.get_runtime_context().gcs_address
     out = finished(run_on_cluster(address, head_files))
     assert "resolved 12" in out or "resolved rate   1.000" in out, out[-3000:]
@@ -59,6 +59,21 @@ def test_the_demo_resolves_on_fresh_machines_with_images_through_the_object_stor
         images = machine.docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
         assert "rollout-farm/base:bookworm" in images  # loaded, not pre-loaded
         assert labelled(machine) == []
+    # Harbor tasks on the same machines: the task directories (and their packed archives) only on the head, each
+    # task's image built on the node that runs it from the archive that travelled with the task.
+    import shutil
+
+    from conftest import PROJECT
+
+    tasks = shutil.copytree(PROJECT / "configs" / "harbor" / "tasks", head_files / "harbor-tasks")
+    run = run_on_cluster(address, head_files, f"dataset.path={tasks}", f"output.dir={head_files / 'harbor-run'}",
+                         config="harbor.yaml", env={"ROLLOUT_FARM_CACHE": str(head_files / "cache")})
+    out = finished(run)
+    rows = [r for r in results(head_files, "harbor-run") if r["status"] == "completed"]
+    assert len(rows) == len(list(tasks.iterdir())) and all(r["reward"] == 1.0 for r in rows), out[-3000:]
+    assert {r["node_id"] for r in rows} <= machine_nodes
+    assert any(t.startswith("rollout-farm/harbor:") for m in two_machines
+               for t in m.docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split())
 
 
 def image_id(docker, image: str) -> str:
