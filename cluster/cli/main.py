@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["gym"]:
         return gym_main(argv[1:])
     if argv[:1] == ["dev-cluster"]:
-        from cluster.cli import dev_cluster
+        from cluster.dev import dev_cluster
 
         return dev_cluster.main(argv[1:])
     if argv[:1] in (["serve"], ["models"]):
