@@ -30,7 +30,10 @@ class RunView:
         """The last results.jsonl line of each (task, sample): the one that counts."""
         self.first_messages: dict[str, str] = {}
         self.history: list[tuple[float, int, float | None, float | None]] = []
-        """(time, done, rollouts per minute, reward mean) samples, one per new live.json."""
+        """(time, done, rollouts per minute, reward mean) samples, one per new live.json; a page opened late starts
+        with one per result already written (``backfill``)."""
+        self.finishes: list[tuple[float, tuple[str, int], dict[str, Any]]] = []
+        """(when written, key, line) of the results.jsonl lines read, for ``backfill``; emptied once it ran."""
         self._offset = 0
         self._size = 0
         self._lock = threading.Lock()
@@ -61,6 +64,7 @@ class RunView:
             state, why = live_condition(doc, now)
         running = state == RUNNING
         rows = [self._row(r, now, running) for r in (doc.get("in_flight") or [])] if running else []
+        self.backfill()
         self._sample(doc, now if running else float(doc.get("updated_at") or now), reward_mean)
         failures = doc.get("failures_by_type") or {}
         t, done, per_minute, reward = (list(c) for c in zip(*self.history)) if self.history else ([], [], [], [])
@@ -90,11 +94,30 @@ class RunView:
                 "node": (row.get("node_id") or "")[:12] or "local", "worker": row.get("worker") or "",
                 "stalled": bool(running and idle is not None and idle >= self.stall)}
 
+    def backfill(self) -> None:
+        """A page opened after results were written (a finished run's, or one opened mid-run) charts them where they
+        happened: one history point per results.jsonl line already read, at the time it was written, with the done
+        count and the reward mean as of then. Runs once, before the first sample; lines without ``finished_at``
+        (written by an older version) give no points."""
+        finishes, self.finishes = sorted(self.finishes, key=lambda item: item[0]), []
+        if self.history or not finishes:
+            return
+        latest: dict[tuple[str, int], dict[str, Any]] = {}
+        for at, key, line in finishes:
+            latest[key] = line
+            rewards = [r["reward"] for r in latest.values() if r.get("status") == "completed"
+                       and r.get("reward") is not None]
+            self._point(at, len(latest), sum(rewards) / len(rewards) if rewards else None)
+
     def _sample(self, doc: dict[str, Any], at: float, reward_mean: float | None) -> None:
         """One history point per new live.json (the first one also gets the run's start)."""
         done = int(doc.get("done") or 0)
         if not self.history and doc.get("started_at") and "ran" in doc:
             self.history.append((float(doc["started_at"]), done - int(doc["ran"]), 0.0, None))
+        self._point(at, done, reward_mean)
+
+    def _point(self, at: float, done: int, reward_mean: float | None) -> None:
+        """A history point at ``at`` (after the last one), with the throughput over the ``RATE_WINDOW`` before it."""
         if self.history and self.history[-1][0] >= at:
             return
         window = [p for p in self.history if p[0] >= at - RATE_WINDOW] or self.history[-1:]
@@ -127,6 +150,8 @@ class RunView:
             except (ValueError, KeyError, TypeError):
                 continue
             self.latest[key] = line
+            if isinstance(line.get("finished_at"), (int, float)) and not self.history:
+                self.finishes.append((float(line["finished_at"]), key, line))
             if line.get("status") != "completed":
                 error = line.get("error") or {}
                 self.first_messages.setdefault(self._error_type(line), str(error.get("message") or "")[:500])

@@ -27,6 +27,9 @@ class StoredResult(RolloutResult):
     trajectory_path: str = ""
     """Relative to the run dir."""
     num_steps: int = 0
+    finished_at: float | None = None
+    """When the line was written (seconds since the epoch): a finished run's live page charts its results over time
+    from it. None in lines written before it was recorded."""
 
 
 @dataclass

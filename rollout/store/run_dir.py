@@ -204,4 +204,5 @@ class RunStore(TrajectoryFiles):
             **fields,
             trajectory_path=str(path.relative_to(self.run_dir)),
             num_steps=len(result.trajectory.steps),
+            finished_at=time.time(),
         )

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -59,16 +60,17 @@ def test_results_round_trip_without_trajectory_in_the_line(tmp_path):
     store = opened(tmp_path)
     original = result(steps=3)
     original.reward_details = {"FAIL_TO_PASS": {"success": ["t"]}}
+    before = time.time()
     store.append(original)
     store.close()
     line = json.loads(store.results_path.read_text())
     assert "trajectory" not in line
     assert line["trajectory_path"] == "trajectories/t1/0.a1.json" and line["num_steps"] == 3
+    assert before <= line["finished_at"] <= time.time()  # when it was written (the live page charts by it)
 
     (back,) = RunStore(store.run_dir).load()
-    assert back.model_dump(exclude={"trajectory", "trajectory_path", "num_steps"}) == original.model_dump(
-        exclude={"trajectory"}
-    )
+    assert back.model_dump(exclude={"trajectory", "trajectory_path", "num_steps", "finished_at"}) == (
+        original.model_dump(exclude={"trajectory"}))
     assert back.num_steps == 3
     assert pickle.loads(pickle.dumps(back)) == back
 

@@ -224,6 +224,43 @@ def test_the_live_page_of_a_running_run_shows_progress_rollouts_and_charts_that_
     assert stopped == 0 and ended == 0, (tmp_path / "run.stderr").read_text()[-3000:]
 
 
+REWARD_LINE = (0x93, 0x33, 0xEA)
+"""The reward chart's stroke (live.js: #9333ea)."""
+
+
+def test_the_live_page_of_a_finished_run_charts_its_rewards(tmp_path):
+    """Opened after the run ended, the page draws the reward mean as the rollouts finished, not an empty chart."""
+    chromium()
+    tasks = [task(f"t{i}", 0.2, 2, passes=i % 2 == 0) for i in range(6)]
+    config = write_run(tmp_path, tasks, "finished", concurrency=2)
+    ran = subprocess.run([sys.executable, "-m", "cluster", "run", "--local", str(config)], env=cli_env(tmp_path),
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    page = start_for_run(tmp_path / "finished-dir")
+    try:
+        state = json.loads(get(page.url + "api/state")[1])
+        assert state["state"] == "finished" and state["reward_mean"] == 0.5
+        rewards = [r for r in state["history"]["reward_mean"] if r is not None]
+        assert len(rewards) >= 6 and rewards[0] == 1.0 and rewards[-1] == 0.5  # one point per result, as they came
+        assert state["history"]["t"] == sorted(state["history"]["t"])
+        dom = Dom(browse(page.url, tmp_path / "profile", budget_ms=1500))
+        chart = dom.by_id("chart-reward")
+        assert any(e["tag"] == "canvas" for e in chart["inside"]) and int(chart["attrs"]["data-points"]) >= 6
+        shot = tmp_path / "finished.png"
+        browse(page.url, tmp_path / "profile", screenshot=shot, budget_ms=1500)
+    finally:
+        page.stop()
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        pixels = image.convert("RGB").load()
+        width, height = image.size
+        drawn = [x for x in range(width) for y in range(height)
+                 if all(abs(c - want) < 30 for c, want in zip(pixels[x, y], REWARD_LINE))]
+    # the line runs across the chart (the legend's marker alone is about 14 pixels wide)
+    assert drawn and max(drawn) - min(drawn) > 200, (len(drawn), min(drawn, default=None), max(drawn, default=None))
+
+
 def get(url: str, headers: dict | None = None) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as reply:
