@@ -47,15 +47,21 @@ class FarmControls:
 
     def reload_weights(self, path: str, version: str | int | None = None) -> None:
         """Load the checkpoint at ``path`` into the served model between requests: hold new calls, let the engine
-        finish what it is generating, load, reset the prefix cache, stamp ``version``, resume."""
+        finish what it is generating, load, reset the prefix cache, stamp ``version`` (on the workers' calls and,
+        where it can, on the engine's weights), resume."""
         self.pause(mode="wait")
         try:
             self.controls().reload_weights(path)
             from cluster.serving.apps import forget_fingerprint
+            from cluster.serving.controls import NotSupported
 
             forget_fingerprint(self._assembly.serve)  # no later run takes these weights for its config's
             if version is not None:
                 self.set_policy_version(version)
+                try:  # the engine labels what it samples with it (a generate reply's weight_versions)
+                    self.controls().set_weight_version(str(version))
+                except NotSupported:
+                    pass
         finally:
             self.resume()
 

@@ -1,5 +1,6 @@
 """RL controls of a served model behind one small interface: pause (abort / wait / keep in-flight requests),
-resume, reset the prefix cache, reload weights from a checkpoint path, sleep / wake up.
+resume, reset the prefix cache, reload weights from a checkpoint path, label the weights (the version a generate
+reply names), sleep / wake up.
 
 ``EngineControls`` drives vLLM through the control routes of Ray Serve LLM's development ingress (``serve.controls``
 on) or of a ``vllm serve`` process started with ``VLLM_SERVER_DEV_MODE=1`` (``engine: subprocess``). What an
@@ -43,6 +44,11 @@ class ModelControls:
         """Load the weights at ``path`` (a checkpoint of the same architecture) into the running engine."""
         raise NotSupported(f"{type(self).__name__} cannot reload weights")
 
+    def set_weight_version(self, version: str) -> None:
+        """Label the weights now loaded: a ``/inference/v1/generate`` reply names the label of the weights that
+        sampled its tokens (``weight_versions``)."""
+        raise NotSupported(f"{type(self).__name__} has no weights to label")
+
     def sleep(self, level: int = 1) -> None:
         raise NotSupported(f"{type(self).__name__} cannot sleep")
 
@@ -62,6 +68,9 @@ class ScriptedControls(ModelControls):
 
     def reload_weights(self, path: str) -> None:
         raise NotSupported("a scripted policy has no weights to reload")
+
+    def set_weight_version(self, version: str) -> None:
+        pass  # a scripted reply names the version its request carries
 
     def sleep(self, level: int = 1) -> None:
         raise NotSupported("a scripted policy has no engine to put to sleep")
@@ -118,6 +127,10 @@ class EngineControls(ModelControls):
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
         self._post("/collective_rpc", {"model": self.model_id, **body} if self.flavour == "serve_llm" else body)
         self.reset_prefix_cache()  # cached prefixes were computed by the old weights
+
+    def set_weight_version(self, version: str) -> None:
+        body = {"new_version": str(version)}
+        self._post("/update_weight_version", {"model": self.model_id, **body} if self.flavour == "serve_llm" else body)
 
     def sleep(self, level: int = 1) -> None:
         if self.cpu:

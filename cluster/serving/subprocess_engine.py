@@ -21,6 +21,7 @@ from typing import Any
 
 from cluster.serving.config import ServeSection
 from cluster.serving.vllm_app import VllmApp
+from rollout.wire.generate import GENERATE_PATH, with_placeholders
 
 ENGINE_KEY_PREFIX = "rollout-farm/engines/"
 HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
@@ -98,6 +99,10 @@ class VllmProcessServer:
         async with self.http.request(request.method, target, data=await request.body(), headers=headers) as reply:
             body = await reply.read()
             kept = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS}
+            if reply.status == 200 and app_path(request) == GENERATE_PATH and body.startswith(b"{"):
+                # the token_id:N placeholder earlier clients check (cluster/serving/generate/serve_llm.py)
+                body = json.dumps(with_placeholders(json.loads(body))).encode()
+                kept.pop("content-length", None)
             return Response(body, status_code=reply.status, headers=kept)
 
     def __del__(self) -> None:
@@ -119,7 +124,7 @@ class VllmProcessServer:
 
 
 def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
-    kwargs = dict(section.engine_kwargs)
+    kwargs = {"enable_scale_out": True, **section.engine_kwargs}  # vllm serve mounts /inference/v1/generate then
     if section.cpu:
         from cluster.serving.vllm_app import CPU_MEMORY_FRACTION
 

@@ -34,17 +34,14 @@ def llm_config_fields(section: ServeSection, model_id: str, options: dict[str, A
 
 
 def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
-    """With ``controls`` (the default), Ray's development ingress: the OpenAI routes plus /pause, /resume,
-    /reset_prefix_cache, /sleep, /wakeup and /collective_rpc, which ``cluster.serving.controls`` drives."""
-    from ray.serve.llm import LLMConfig, build_openai_app
+    """Ray's OpenAI app plus vLLM's token-in route, ``/inference/v1/generate`` (``cluster.serving.generate``);
+    with ``controls`` (the default), Ray's development ingress: also /pause, /resume, /reset_prefix_cache, /sleep,
+    /wakeup, /collective_rpc and /update_weight_version, which ``cluster.serving.controls`` drives."""
+    from ray.serve.llm import LLMConfig
 
-    config = LLMConfig(**llm_config_fields(section, model_id, options))
-    if section.controls:
-        # Ray 2.60 ships it under an internal path; the public builder below lacks the control routes.
-        from cluster.session.ray_private import dev_openai_app
+    from cluster.serving.generate.serve_llm import build_app
 
-        return dev_openai_app(config)
-    return build_openai_app({"llm_configs": [config]})
+    return build_app(LLMConfig(**llm_config_fields(section, model_id, options)), section.controls)
 
 
 class VllmApp(ServeApp):

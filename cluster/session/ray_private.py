@@ -12,6 +12,16 @@ SYMBOLS = (
     ("ray.experimental.internal_kv", "_internal_kv_list"),
     ("ray.serve.context", "_get_global_client"),
     ("ray.llm._internal.serve.core.ingress.dev_ingress", "build_dev_openai_app"),
+    ("ray.llm._internal.serve.core.ingress.dev_ingress", "DevIngress"),
+    ("ray.llm._internal.serve.core.ingress.dev_ingress", "DEV_ENDPOINTS"),
+    ("ray.llm._internal.serve.core.ingress.ingress", "OpenAiIngress"),
+    ("ray.llm._internal.serve.core.ingress.ingress", "DEFAULT_ENDPOINTS"),
+    ("ray.llm._internal.serve.core.ingress.ingress", "make_fastapi_ingress"),
+    ("ray.llm._internal.serve.core.configs.openai_api_models", "to_model_metadata"),
+    ("ray.llm._internal.serve.core.server.builder", "build_llm_deployment"),
+    ("ray.llm._internal.serve.core.server.llm_server", "LLMServer"),
+    ("ray.llm._internal.serve.core.protocol", "RawRequestInfo"),
+    ("ray.serve._private.http_util", "session_id_from_headers"),
     ("ray._raylet", "AuthenticationMode"),
     ("ray._raylet", "get_authentication_mode"),
     ("ray._private.services", "canonicalize_bootstrap_address"),
@@ -79,6 +89,56 @@ def dev_openai_app(config: Any) -> Any:
     from ray.llm._internal.serve.core.ingress.dev_ingress import build_dev_openai_app
 
     return build_dev_openai_app({"llm_configs": [config]})
+
+
+def extended_openai_app(config: Any, *, controls: bool, server_mixin: type, ingress_mixin: type,
+                        routes: dict[str, Any]) -> Any:
+    """Ray Serve LLM's OpenAI app for one model (``controls``: its development ingress, with the engine control
+    routes), what ``build_dev_openai_app`` / ``build_openai_app`` build, with the model's ``LLMServer`` and the
+    ingress each extended by a mixin, and ``routes`` (method name -> FastAPI route decorator) added to the ingress."""
+    from ray import serve
+    from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
+    from ray.llm._internal.serve.core.ingress.dev_ingress import DEV_ENDPOINTS, DevIngress
+    from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS, OpenAiIngress, make_fastapi_ingress
+    from ray.llm._internal.serve.core.server.builder import build_llm_deployment
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+
+    base, endpoints = (DevIngress, DEV_ENDPOINTS) if controls else (OpenAiIngress, DEFAULT_ENDPOINTS)
+    server = build_llm_deployment(config, deployment_cls=type(f"{server_mixin.__name__}LLMServer",
+                                                               (server_mixin, LLMServer), {}))
+    ingress = make_fastapi_ingress(type(f"{ingress_mixin.__name__}{base.__name__}", (ingress_mixin, base), {}),
+                                   endpoint_map={**endpoints, **routes})
+    return serve.deployment(ingress, **base.get_deployment_options([config])).bind(
+        llm_deployments={config.model_id: server}, model_cards={config.model_id: to_model_metadata(config.model_id,
+                                                                                                   config)},
+        lora_paths={})
+
+
+def session_from_headers(headers: Any) -> str | None:
+    """The session id a request names, read as Serve's proxy reads it (its configured header, any spelling)."""
+    from ray.serve._private.http_util import session_id_from_headers
+
+    return session_id_from_headers(headers)
+
+
+def raw_request_info(request: Any) -> Any:
+    """What Ray Serve LLM passes of an HTTP request to a model's replica (its headers)."""
+    from ray.llm._internal.serve.core.protocol import RawRequestInfo
+
+    return RawRequestInfo.from_starlette_request(request)
+
+
+def starlette_request(info: Any) -> Any:
+    """The request a replica rebuilds from ``raw_request_info`` (None for None)."""
+    from ray.llm._internal.serve.core.protocol import RawRequestInfo
+
+    return RawRequestInfo.to_starlette_request_optional(info)
+
+
+def vllm_engine_parts(server: Any) -> tuple[Any, Any]:
+    """(vLLM's engine client, vLLM's app state: its serving objects) of an ``LLMServer`` replica's engine, which
+    Ray Serve LLM keeps in private attributes of its ``VLLMEngine``."""
+    return server.engine._engine_client, server.engine._app_state
 
 
 # ---- authentication and the GCS -------------------------------------------------------------------------------------

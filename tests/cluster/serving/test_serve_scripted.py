@@ -93,6 +93,40 @@ def test_two_replicas_keep_each_rollout_on_one_and_share_the_rollouts(scripted):
     assert len(homes) == 2 and min(homes.values()) / len(placed) >= 0.30, homes
 
 
+def test_the_generate_route_answers_on_serve_with_the_ids_sent_the_version_asked_and_a_sticky_replica(scripted):
+    """vLLM's token-in route through Serve's proxy and the sticky router: each session's turns on one replica."""
+    import aiohttp
+
+    from rollout.models import scripted_tokens
+    from rollout.wire.generate import GENERATE_PATH
+
+    root = scripted.base_url[: -len("/v1")]
+
+    async def one(http, sid):
+        seen, ids = [], scripted_tokens.prompt_token_ids([{"role": "user", "content": f"session {sid}"}])
+        for turn in range(4):
+            body = {"model": "scripted-demo", "token_ids": ids, "return_token_ids": True,
+                    "sampling_params": {"max_tokens": 16, "logprobs": 0},
+                    "metadata": {"rollout_id": sid, "task_id": "tools-arithmetic", "policy_version": "5"}}
+            async with http.post(root + GENERATE_PATH, headers={"x-session-id": sid}, json=body) as reply:
+                assert reply.status == 200, await reply.text()
+                data = await reply.json()
+                seen.append(reply.headers["x-serve-replica"])
+            choice = data["choices"][0]
+            assert data["prompt_token_ids"] == ids and choice["weight_versions"][0]["version"] == "5"
+            assert len(choice["logprobs"]["content"]) == len(choice["token_ids"]) > 0
+            ids = ids + choice["token_ids"] + scripted_tokens.prompt_token_ids([{"role": "tool", "content": "ok"}])
+        return seen
+
+    async def main():
+        async with aiohttp.ClientSession() as http:
+            return await asyncio.gather(*(one(http, f"gen-{i}") for i in range(12)))
+
+    placed = asyncio.run(main())
+    assert all(len(set(replicas)) == 1 for replicas in placed), placed
+    assert len({replicas[0] for replicas in placed}) == 2  # new sessions go to the replica with fewer
+
+
 def test_a_swe_run_through_the_serve_hosted_scripted_model_resolves_every_instance(tmp_path):
     """The README's first command's config, in a subprocess with its own embedded cluster; `rollout eval` of
     its predictions agrees (the held-out grader is unchanged by the Serve path)."""

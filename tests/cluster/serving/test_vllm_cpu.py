@@ -5,8 +5,10 @@ subprocess engine; exact token data in token-in and chat mode; pause/resume; wei
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -14,34 +16,11 @@ from rollout.records import Task
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
-ENGINE = {"max_model_len": 2048, "dtype": "float32", "enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
 PICK = [{"type": "function", "function": {"name": "pick", "description": "pick an operation", "parameters": {
     "type": "object", "properties": {"op": {"type": "string", "enum": ["add", "sub"]}}, "required": ["op"],
     "additionalProperties": False}}}]
 GAME = Task(task_id="game-guess-7", prompt="Find the hidden number in as few guesses as you can.",
             data={"kind": "guess_number", "target": 7, "high": 10})
-
-
-@pytest.fixture(scope="module")
-def tiny(vllm_available, tmp_path_factory):
-    from cluster.serving.tiny_model import write_tiny_model
-
-    root = tmp_path_factory.mktemp("tiny")
-    return {"a": str(write_tiny_model(root / "a", seed=0)), "b": str(write_tiny_model(root / "b", seed=1))}
-
-
-@pytest.fixture(scope="module")
-def served(ray_cluster, tiny):
-    from cluster.serving import apps
-    from cluster.serving.config import ServeSection
-
-    section = ServeSection(app="vllm", name="tiny-llm", model_source=tiny["a"], cpu=True, engine_kwargs=ENGINE,
-                           ready_timeout=600)
-    t0 = time.perf_counter()
-    model = apps.start(section, "tiny", out=sys.stderr)
-    print(f"ray.serve.llm: tiny model ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-    yield model
-    model.stop()
 
 
 def test_the_openai_sdk_gets_a_completion_with_a_tool_call_and_token_ids(served):
@@ -65,11 +44,12 @@ def _end_of_turn(served) -> int:
     return AutoTokenizer.from_pretrained(served.section.model_source).eos_token_id
 
 
-def _farm(served, token_in: bool):
+def _farm(served, token_in: bool, route: str = "completions"):
     from cluster.farm.rollout_farm import RolloutFarm
 
     config = {
         "model": {"type": "openai", "base_url": served.base_url, "model": "tiny", "token_in": token_in,
+                  "token_in_route": route,
                   "tokenizer": served.section.model_source,  # Ray Serve LLM 2.60's /tokenize is broken
                   "return_token_ids": True, "logprobs": True,
                   # Random weights rarely end a turn: a bias on end-of-turn ends most turns within ~10 tokens, so
@@ -183,7 +163,7 @@ def test_reloading_changed_weights_changes_the_next_completion_and_the_recorded_
 
     before = greedy()
     assert greedy() == before  # greedy on the same weights is repeatable
-    with _farm(served, token_in=True) as farm:
+    with _farm(served, token_in=True, route="generate") as farm:  # the engine's own label names the weights
         farm.reload_weights(tiny["b"], version=7)
         after = greedy()
         result = _steps(farm.generate([GAME], n=1))[0]
@@ -193,7 +173,7 @@ def test_reloading_changed_weights_changes_the_next_completion_and_the_recorded_
     assert greedy() == before
 
 
-def test_the_subprocess_engine_serves_the_same_model(ray_cluster, tiny):
+def test_the_subprocess_engine_serves_the_same_model(served, tiny):
     from openai import OpenAI
 
     from cluster.serving import apps
@@ -201,7 +181,7 @@ def test_the_subprocess_engine_serves_the_same_model(ray_cluster, tiny):
 
     section = ServeSection(app="vllm", engine="subprocess", name="tiny-proc", route_prefix="/proc",
                            model_source=tiny["a"], cpu=True,
-                           engine_kwargs=ENGINE, ready_timeout=600)
+                           engine_kwargs=served.section.engine_kwargs, ready_timeout=600)
     model = apps.start(section, "tiny-proc", out=sys.stderr)
     try:
         client = OpenAI(base_url=model.base_url, api_key="unused", max_retries=0)
@@ -211,6 +191,13 @@ def test_the_subprocess_engine_serves_the_same_model(ray_cluster, tiny):
             tool_choice={"type": "function", "function": {"name": "pick"}}, extra_body={"return_token_ids": True})
         assert reply.choices[0].message.tool_calls[0].function.name == "pick"
         assert reply.choices[0].model_extra["token_ids"]
+        generated = json.loads(urllib.request.urlopen(urllib.request.Request(  # vllm serve --enable-scale-out
+            model.base_url[: -len("/v1")] + "/inference/v1/generate", method="POST",
+            data=json.dumps({"model": "tiny-proc", "token_ids": [1, 2, 3],
+                             "sampling_params": {"max_tokens": 4, "logprobs": 1}}).encode(),
+            headers={"Content-Type": "application/json"}), timeout=300).read())
+        assert [e["token"] for e in generated["choices"][0]["logprobs"]["content"]] == [
+            f"token_id:{t}" for t in generated["choices"][0]["token_ids"]]
         model.controls().reset_prefix_cache()  # the engine's control routes answer through the recorded URL
     finally:
         model.stop()

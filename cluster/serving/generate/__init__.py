@@ -1,0 +1,1 @@
+"""vLLM's token-in, token-out route on the Serve model tier."""
