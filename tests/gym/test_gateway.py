@@ -37,7 +37,7 @@ import json, os, sys, urllib.request
 base, task = os.environ["OPENAI_BASE_URL"], sys.stdin.read()
 messages = [{"role": "system", "content": "You are a test agent."}, {"role": "user", "content": task}]
 for turn in range(3):
-    body = json.dumps({"model": "any", "messages": messages}).encode()
+    body = json.dumps({"model": "scripted", "messages": messages}).encode()
     request = urllib.request.Request(base + "/chat/completions", data=body, headers={
         "Content-Type": "application/json", "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
     reply = json.load(urllib.request.urlopen(request, timeout=30))
