@@ -6,6 +6,7 @@ unless ``ROLLOUT_REQUIRE_CHROMIUM=1`` (as in CI)."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -140,3 +141,50 @@ def test_a_swe_run_shows_resolved_by_instance_and_matplotlib_missing_is_named(fi
 
     missing = rollout(tmp_path, "report", "no-such-run")
     assert missing.returncode == 2 and "no-such-run" in missing.stderr
+
+
+PROBE = """<script>
+// The test's probe, run once report.js drew the charts: where each per-task label is and whether it shows whole.
+setTimeout(function () {
+  const box = document.getElementById("chart-per-task");
+  const edge = box.parentElement.getBoundingClientRect();
+  const spans = Array.from(box.querySelectorAll(".category-label"));
+  document.body.dataset.probe = JSON.stringify(spans.map((span) => {
+    const r = span.getBoundingClientRect();
+    return { text: span.textContent, title: span.title, rect: [r.left, r.top, r.right, r.bottom],
+             clipped: span.scrollWidth > span.clientWidth || span.scrollHeight > span.clientHeight,
+             inside: r.left >= edge.left && r.right <= edge.right && r.top >= edge.top && r.bottom <= edge.bottom,
+             on_top: document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2) === span };
+  }));
+}, 200);
+</script>"""
+
+
+@pytest.mark.parametrize("count", [3, 7])
+def test_long_instance_labels_show_whole_under_their_bars(finished_run, tmp_path, count):
+    """SWE-smith-style instance ids (60 characters) in the per-task panel: each label is under its bar in full, not
+    clipped, inside its panel, not covered, and not on top of another (3 labels side by side, 7 upright)."""
+    results = finished_run / "results.jsonl"
+    lines = [json.loads(line) for line in results.read_text().splitlines()][:count]
+    names = [f"pandas-dev__pandas.95b6b6c1.func_pm_remove_assign__{i:02d}kq3x7zz" for i in range(count)]
+    for line, name in zip(lines, names):
+        line["task_id"] = name
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (finished_run / "summary.json").unlink()
+    assert rollout(tmp_path, "report", "reported").returncode == 0
+    page = tmp_path / "probed.html"
+    page.write_text((finished_run / "report.html").read_text().replace("</body>", PROBE + "</body>"))
+    chromium()
+    dom = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,3000",
+                          "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-probe="([^"]*)"', dom.stdout)
+    assert found, dom.stdout[-3000:]
+    labels = json.loads(html.unescape(found[1]))
+    assert sorted(label["text"] for label in labels) == sorted(names)  # every label, whole
+    for label in labels:
+        assert label["title"] == label["text"] and not label["clipped"] and label["inside"] and label["on_top"], label
+    boxes = sorted(label["rect"] for label in labels)
+    assert all(a[2] <= b[0] for a, b in zip(boxes, boxes[1:])), boxes  # side by side, none over another
