@@ -34,7 +34,8 @@ def test_the_example_training_loop_runs():
     steps = [line for line in out.stdout.splitlines() if line.startswith("step ")]
     assert [line.split(":")[0] for line in steps] == ["step 0", "step 1"]
     assert all("mean reward 0.50" in line for line in steps)
-    assert "mask 50/72 model tokens" in out.stdout and "version 1" in out.stdout
+    # the fake template: the 2nd turn's generation prompt (5 ids) is the prompt's, not the model's
+    assert "mask 40/67 model tokens" in out.stdout and "version 1" in out.stdout
     assert "padded: prompt_ids (16," in out.stdout
 
 
