@@ -74,13 +74,16 @@ def deploy(raw: dict[str, Any], settings: GymSection, name: str = "rollout-gym")
     from ray import serve
 
     from cluster.serving.apps import free_port, proxy_url
+    from cluster.session.serve_instance import quiet_reconnects, start_serve
 
-    serve.start(http_options={"host": settings.host, "port": settings.port or free_port(settings.host)},
+    asked = {key: getattr(settings, key) for key in ("host", "port") if key in settings.model_fields_set}
+    start_serve(settings.host, settings.port or free_port(settings.host), asked=asked,
                 logging_config={"log_level": "WARNING", "enable_access_log": False})
     deployment = serve.deployment(serve.ingress()(AgentServerDeployment), name="AgentServer",
                                   max_ongoing_requests=max(1000, settings.max_concurrent_episodes or 0) * 2,
                                   ray_actor_options={"num_cpus": 0})
-    serve.run(deployment.bind(raw), name=name, route_prefix=settings.route_prefix, blocking=False)
+    with quiet_reconnects():
+        serve.run(deployment.bind(raw), name=name, route_prefix=settings.route_prefix, blocking=False)
     return proxy_url() + settings.route_prefix.rstrip("/")
 
 

@@ -62,13 +62,14 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
     kind = app_for(section)
     if not kind.deploys:
         return ServedModel(kind.url(section, base_url), model_id, section)
-    from ray import serve
+    from cluster.session.serve_instance import start_serve
 
     # Quiet by default: an access-log line per model call drowns the run's progress (``serve.log_level``).
     quiet = {"log_level": section.log_level, "enable_access_log": False}
     remote = remote or spans_machines()
     host = "0.0.0.0" if remote and section.host == "127.0.0.1" else section.host
-    serve.start(http_options={"host": host, "port": section.port or free_port(host)}, logging_config=quiet)
+    asked = {name: getattr(section, name) for name in ("host", "port") if name in section.model_fields_set}
+    start_serve(host, section.port or free_port(host), asked=asked, logging_config=quiet, out=out)
     root = proxy_url(remote)
     mark = fingerprint(section, model_id, dataset)
     standing = standing_app(section, model_id, mark, root, out)
@@ -160,15 +161,18 @@ def deploy(app: Any, section: ServeSection) -> None:
     ``wait_ready`` sees it answer through the proxy sooner, and a failed deployment by its status."""
     from ray import serve
 
+    from cluster.session.serve_instance import quiet_reconnects
+
     try:
         from ray.serve.api import RunTarget
     except ImportError:  # a Ray without run_many
         RunTarget = None  # noqa: N806
-    if RunTarget is None or not hasattr(serve, "run_many"):
-        serve.run(app, name=section.name, route_prefix=section.route_prefix, blocking=False)
-        return
-    serve.run_many([RunTarget(target=app, name=section.name, route_prefix=section.route_prefix)],
-                   wait_for_applications_running=False)
+    with quiet_reconnects():  # Serve is started (start_serve): no options are given here for it to refuse
+        if RunTarget is None or not hasattr(serve, "run_many"):
+            serve.run(app, name=section.name, route_prefix=section.route_prefix, blocking=False)
+            return
+        serve.run_many([RunTarget(target=app, name=section.name, route_prefix=section.route_prefix)],
+                       wait_for_applications_running=False)
 
 
 def app_status(name: str) -> tuple[str | None, str]:

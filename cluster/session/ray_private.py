@@ -66,6 +66,13 @@ def kv_keys(prefix: str) -> list[bytes]:
 # ---- Serve ----------------------------------------------------------------------------------------------------------
 
 
+def serve_running() -> bool:
+    """Whether Serve (its controller) runs on the connected cluster, without starting it."""
+    from ray.serve.context import _get_global_client
+
+    return _get_global_client(raise_if_no_controller_running=False) is not None
+
+
 def serve_http_config() -> Any:
     """The HTTP options Serve's proxy runs with (host, port) on the connected cluster."""
     import ray

@@ -200,6 +200,9 @@ def test_rollout_serve_prints_the_base_url_and_serves_until_interrupted(tmp_path
         proc.send_signal(signal.SIGINT)  # Ctrl-C: the application is deleted, the embedded cluster ends
         assert proc.wait(timeout=120) == 0
         assert "serve: deleting 'cli'" in log.read_text()
+        # it started Serve with its options: nothing says they were not applied (Ray logs so at every deploy)
+        text = log.read_text()
+        assert "will not be applied" not in text and "not applied" not in text and "Started Serve" in text
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Ray processes it started
@@ -210,3 +213,34 @@ def test_rollout_serve_without_a_serve_section_is_a_config_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "cluster", "serve", "configs/local_demo.yaml"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "has no serve section" in done.stderr
+
+
+def test_rollout_serve_on_a_running_serve_says_which_option_it_did_not_take(ray_cluster, tmp_path):
+    """Serve already runs on the cluster, its proxies on one port: ``rollout serve --port OTHER`` deploys there,
+    prints the URL on Serve's port, and says in one line that its port was not applied (and nothing else does)."""
+    import io
+
+    from ray import serve
+
+    from cluster.session.ray_private import serve_http_config
+    from cluster.session.serve_instance import start_serve
+
+    start_serve("127.0.0.1", apps.free_port(), asked={}, out=io.StringIO())  # as a run before left it
+    running, other = serve_http_config(), apps.free_port()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "token",
+                                                                        "ROLLOUT_HOME": str(tmp_path)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "cluster", "serve", "configs/swe_demo.yaml", "--port", str(other),
+                               "--address", ray_cluster.get_runtime_context().gcs_address, "serve.name=joined",
+                               "serve.route_prefix=/joined", "serve.replicas=1"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.strip() == f"http://127.0.0.1:{running.port}/joined/v1"
+        said = [line for line in done.stderr.splitlines() if "not applied" in line]
+        assert said == [f"serve: Serve already runs on this cluster with its proxies on {running.host}:{running.port}; "
+                        f"port {other} not applied (`serve shutdown` stops it, and its applications, so the next "
+                        "start takes them)"], done.stderr[-3000:]
+        assert "will not be applied" not in done.stderr  # Ray's line at every deploy, options given or not
+    finally:
+        if "joined" in serve.status().applications:
+            serve.delete("joined")
