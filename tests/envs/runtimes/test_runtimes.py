@@ -41,8 +41,9 @@ def processes_with(text: str) -> list[int]:
 
 
 async def survivors(text: str) -> list[int]:
-    # A SIGKILLed process may need a moment to leave the process table; anything left after 1 s survived.
-    for _ in range(50):
+    # A SIGKILLed process may need a moment to leave the process table (longer on a loaded machine); anything left
+    # after 5 s survived.
+    for _ in range(250):
         if not processes_with(text):
             return []
         await asyncio.sleep(0.02)
