@@ -46,6 +46,7 @@ class NodeMembership:
     async def _refresh_nodes(self) -> None:
         listed = await asyncio.to_thread(ray.nodes)
         alive = {n["NodeID"]: n for n in listed if n.get("Alive") and self.resources.hosts(n.get("Resources", {}))}
+        self._listed = alive
         for node_id, info in alive.items():
             if (node_id, 0) not in self.nodes:
                 capacity = self.resources.capacity(info["Resources"], self.concurrency)
@@ -64,6 +65,9 @@ class NodeMembership:
                 if node.actor is None and node.starting is None:
                     self._start_worker(node)
             elif node.alive and node.actor is None and node.starting is None:
+                if node.lost_workers and not await raylet_answers(alive[node.node_id]):
+                    self._unreachable(node.node_id, "its worker died and its raylet does not answer")
+                    continue
                 self._start_worker(node)
         await self._notify()
 
@@ -82,7 +86,7 @@ class NodeMembership:
                 print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
                       f"{type(exc).__name__}: {first_line(exc)}", file=self.out, flush=True)
                 if node.lost_workers and node.alive and node.generation == generation:
-                    self._unreachable(node.node_id)
+                    self._unreachable(node.node_id, "its worker died and a new one cannot start there")
             else:
                 if node.generation == generation:
                     node.actor, node.worker = actor, info["worker"]
@@ -96,15 +100,25 @@ class NodeMembership:
 
         node.starting = asyncio.create_task(start())
 
-    def _unreachable(self, node_id: str) -> None:
-        """A worker died on the node and a new one cannot start there: the farm counts the node as gone now
-        rather than when Ray's heartbeat check says so (tens of seconds later), and tries it again if Ray still
-        lists it after ``UNREACHABLE_RETRY`` seconds."""
+    def _unreachable(self, node_id: str, why: str) -> None:
+        """A worker died on the node and the node does not answer (its raylet's port is closed, or a new worker
+        cannot start there): the farm counts the node as gone now rather than when Ray's heartbeat check says so
+        (tens of seconds later, often after the run), and tries it again if Ray still lists it after
+        ``UNREACHABLE_RETRY`` seconds."""
+        if not any(n.alive for n in self.nodes.values() if n.node_id == node_id):
+            return
         for node in self.nodes.values():
-            if node.node_id == node_id and node.alive:
+            if node.node_id == node_id:
                 node.alive, node.unreachable_at = False, time.monotonic()
-        print(f"[farm] node {node_id[:8]} left the cluster (its worker died and a new one cannot start there); "
-              "its rollouts run elsewhere", file=self.out, flush=True)
+        print(f"[farm] node {node_id[:8]} left the cluster ({why}); its rollouts run elsewhere", file=self.out,
+              flush=True)
+
+    async def _probe_after_loss(self, node_id: str) -> None:
+        """Right after a worker died: is its node there at all? (Not waiting for the next look at the nodes.)"""
+        info = getattr(self, "_listed", {}).get(node_id)
+        if info is not None and not await raylet_answers(info):
+            self._unreachable(node_id, "its worker died and its raylet does not answer")
+            await self._notify()
 
     def _worker_lost(self, node: Node, generation: int, exc: BaseException) -> None:
         if node.generation != generation or node.actor is None:
@@ -119,5 +133,23 @@ class NodeMembership:
         node.actor, node.worker, node.channel = None, None, None
         self._reap_pending = True
         asyncio.get_running_loop().run_in_executor(None, reap_dead_owners, self.run_id, self.engines, self.out)
+        self._probes = getattr(self, "_probes", set())
+        probe = asyncio.get_running_loop().create_task(self._probe_after_loss(node.node_id))
+        self._probes.add(probe)
+        probe.add_done_callback(self._probes.discard)
         # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that
         # died with its worker is reported dead by Ray within its health-check period, and gets none).
+
+
+async def raylet_answers(info: dict, timeout: float = 3.0) -> bool:
+    """Whether the node's raylet accepts a connection on its port (a dead machine's does not: refused at once, or
+    no answer within ``timeout``). Unknown address: assumed there."""
+    host, port = info.get("NodeManagerAddress"), info.get("NodeManagerPort")
+    if not host or not port:
+        return True
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True

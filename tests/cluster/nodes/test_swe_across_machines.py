@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import collections
 import re
+import shutil
 import subprocess
 
 import pytest
-from conftest import output, results, run_on_cluster
+
+# Imported at collection, while this folder's conftest is the one named so (other folders have theirs).
+from conftest import PROJECT, output, results, run_on_cluster, start_registry
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -61,10 +64,6 @@ def test_the_demo_and_harbor_tasks_resolve_on_fresh_machines_with_images_through
         assert labelled(machine) == []
     # Harbor tasks on the same machines: the task directories (and their packed archives) only on the head, each
     # task's image built on the node that runs it from the archive that travelled with the task.
-    import shutil
-
-    from conftest import PROJECT
-
     tasks = shutil.copytree(PROJECT / "configs" / "harbor" / "tasks", head_files / "harbor-tasks")
     run = run_on_cluster(address, head_files, f"dataset.path={tasks}", f"output.dir={head_files / 'harbor-run'}",
                          config="harbor.yaml", env={"ROLLOUT_FARM_CACHE": str(head_files / "cache")})
@@ -88,7 +87,6 @@ def test_the_demo_resolves_on_fresh_machines_with_images_from_a_registry(ray_clu
                                                                          registry):
     import sys
 
-    from conftest import PROJECT
 
     dataset = head_files / "datasets"
     subprocess.run([sys.executable, "-m", "envs.swe.mini", str(dataset)], check=True, cwd=PROJECT,
@@ -126,7 +124,6 @@ def test_the_demo_resolves_on_fresh_machines_with_images_from_a_registry(ray_clu
 
 
 def test_a_wrong_registry_credential_is_one_error_before_work_starts(ray_cluster, head_files, tmp_path):
-    from conftest import start_registry
 
     guarded = start_registry(tmp_path, users={"farm": "right-password"})
     try:

@@ -169,7 +169,8 @@ def run_home(tmp_path: Path) -> Path:
 
 
 def results(home: Path) -> list[dict]:
-    return [json.loads(line) for line in (home / "local_demo" / "results.jsonl").read_text().splitlines()]
+    """The run's results: ``run_id=`` on the command line names its directory (``rollout`` gives ``home``'s name)."""
+    return [json.loads(line) for line in (home / home.name / "results.jsonl").read_text().splitlines()]
 
 
 def assert_untouched(foreign: Foreign, run_id: str) -> None:
