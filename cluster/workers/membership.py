@@ -148,7 +148,7 @@ async def raylet_answers(info: dict, timeout: float = 3.0) -> bool:
     if not host or not port:
         return True
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
+        _, writer = await within(asyncio.open_connection(host, int(port)), timeout)
     except (OSError, asyncio.TimeoutError):
         return False
     writer.close()
