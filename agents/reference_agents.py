@@ -25,13 +25,15 @@ class ReferenceAgentConfig(Limits):
     type: str = "oracle"
 
 
-class OracleAgent:
+class _ReferenceAgent:
     def __init__(self, config: ReferenceAgentConfig | Mapping[str, Any] | None = None):
         self.config = config if isinstance(config, ReferenceAgentConfig) else ReferenceAgentConfig(**(config or {}))
 
     def limits(self) -> Limits:
         return Limits.of(self.config)
 
+
+class OracleAgent(_ReferenceAgent):
     async def run(self, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> None:
         solve = getattr(env, "run_reference_solution", None)
         if solve is None:
@@ -44,13 +46,7 @@ class OracleAgent:
         raise NaturalCompletion(f"solve.sh exited with {out.returncode}: {out.output[-_TAIL:]}")
 
 
-class NopAgent:
-    def __init__(self, config: ReferenceAgentConfig | Mapping[str, Any] | None = None):
-        self.config = config if isinstance(config, ReferenceAgentConfig) else ReferenceAgentConfig(**(config or {}))
-
-    def limits(self) -> Limits:
-        return Limits.of(self.config)
-
+class NopAgent(_ReferenceAgent):
     async def run(self, task: Task, model: Model, env: Environment, ctx: RolloutContext) -> None:
         await ctx.reset_env(env, task)
         raise NaturalCompletion("the nop agent does nothing")
