@@ -17,7 +17,12 @@ import contextlib
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _sides import Side, ratio  # noqa: E402
 
 from rollout.gc_tuning import tune_gc
 from rollout.models.client.model import OpenAIModel, OpenAIModelConfig
@@ -125,8 +130,8 @@ VARIANTS: dict[str, Callable[[str, argparse.Namespace], contextlib.AbstractAsync
 }
 
 
-async def measure(variant, url: str, args: argparse.Namespace) -> tuple[float, float, int]:
-    """Wall seconds for all rollouts at once, this process's CPU seconds, and how many failed."""
+async def measure(variant, url: str, args: argparse.Namespace) -> tuple[float, float, int, str]:
+    """Wall seconds for all rollouts at once, this process's CPU seconds, how many failed and the first error."""
     async with variant(url, args) as one_rollout:
         t0, cpu0 = time.perf_counter(), time.process_time()
         results = await asyncio.gather(*(one_rollout(i) for i in range(args.rollouts)), return_exceptions=True)
@@ -134,7 +139,8 @@ async def measure(variant, url: str, args: argparse.Namespace) -> tuple[float, f
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
         print(f"  {len(failed)} failed, e.g. {type(failed[0]).__name__}: {failed[0]}", file=sys.stderr)
-    return wall, cpu, len(failed)
+    first = f"{type(failed[0]).__name__}: {failed[0]}" if failed else ""
+    return wall, cpu, len(failed), first
 
 
 @contextlib.contextmanager
@@ -167,12 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with server_process(args.latency) as url:
         for name in args.only or VARIANTS:
-            wall, cpu, failed = asyncio.run(measure(VARIANTS[name], url, args))
-            rows.append((name, args.rollouts, args.turns, args.latency, wall, ideal, wall / ideal, cpu, failed))
+            wall, cpu, failed, first = asyncio.run(measure(VARIANTS[name], url, args))
+            side = Side(name, args.rollouts, args.rollouts - failed, first)
+            rows.append((name, args.rollouts, args.turns, args.latency, wall, ideal, ratio(wall, ideal, side), cpu,
+                         failed))
     header = ("client", "rollouts", "turns", "latency", "wall s", "ideal s", "ratio", "CPU ms/request", "failed")
     print(" | ".join(header))
-    for name, n, turns, latency, wall, ideal_s, ratio, cpu, failed in rows:
-        print(f"{name} | {n} | {turns} | {latency:g} | {wall:.2f} | {ideal_s:.2f} | {ratio:.2f} | "
+    for name, n, turns, latency, wall, ideal_s, shown, cpu, failed in rows:
+        print(f"{name} | {n} | {turns} | {latency:g} | {wall:.2f} | {ideal_s:.2f} | {shown} | "
               f"{1000 * cpu / (n * turns):.3f} | {failed}")
     return 1 if any(row[-1] for row in rows) else 0
 

@@ -25,6 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _sides import Side, failed, one_line, ratio  # noqa: E402
 
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for
 from envs.images.instance_images import build_instance_images
@@ -36,6 +41,10 @@ RUN_ID = "bench-grading"
 TARGET = 1.3
 
 
+class SideFailed(Exception):
+    """One side of an instance did not do its work (the message says how)."""
+
+
 def bare(row: dict, image: str) -> float:
     patches = row["patch"] + row["test_patch"]  # disjoint files: one patch git applies at once
     argv = ["docker", "run", "--rm", "-i", "--network", "none", "--label", f"rollout-farm.run={RUN_ID}", image,
@@ -44,7 +53,7 @@ def bare(row: dict, image: str) -> float:
     done = subprocess.run(argv, check=False, input=patches.encode(), capture_output=True)
     seconds = time.perf_counter() - began
     if done.returncode != 0:
-        raise SystemExit(f"{row['instance_id']}: the bare run failed:\n{done.stdout.decode()[-2000:]}")
+        raise SideFailed(f"exit {done.returncode}: {one_line(done.stdout.decode(errors='replace'))}")
     return seconds
 
 
@@ -56,8 +65,8 @@ async def graded(row: dict, image: str) -> tuple[float, dict[str, float]]:
     result = await grade(row, row["patch"], fresh, eval_timeout=300)
     seconds = time.perf_counter() - began
     if not result.resolved or not result.canaries:
-        raise SystemExit(f"{row['instance_id']}: the gold patch did not resolve with canaries in place "
-                         f"({result.canaries}):\n{result.unresolved_reason}\n{result.test_output[-2000:]}")
+        raise SideFailed(f"the gold patch did not resolve with canaries in place ({result.canaries}): "
+                         f"{one_line(result.unresolved_reason or result.test_output)}")
     return seconds, result.durations
 
 
@@ -77,16 +86,24 @@ def main(argv: list[str] | None = None) -> int:
               "   grading phases (median s)")
         totals = [0.0, 0.0]
         worst = 0.0
+        problems: list[str] = []
         for row in rows:
             image = image_for(row, args.base)
-            bare_runs, grade_runs, phases = [], [], []
+            bare_runs, grade_runs, errors = [], [], {"bare": "", "grading": ""}
+            runs = {"bare": (bare_runs, lambda: bare(row, image)),
+                    "grading": (grade_runs, lambda: asyncio.run(graded(row, image)))}
             for turn in range(args.repeat):  # alternate which side goes first: the machine warms up
-                if turn % 2:
-                    grade_runs.append(asyncio.run(graded(row, image)))
-                    bare_runs.append(bare(row, image))
-                else:
-                    bare_runs.append(bare(row, image))
-                    grade_runs.append(asyncio.run(graded(row, image)))
+                for side in (("grading", "bare") if turn % 2 else ("bare", "grading")):
+                    try:
+                        runs[side][0].append(runs[side][1]())
+                    except Exception as exc:  # noqa: BLE001 - a side that did not do its work says so, no ratio
+                        errors[side] = errors[side] or (str(exc) if isinstance(exc, SideFailed)
+                                                        else f"{type(exc).__name__}: {one_line(str(exc))}")
+            sides = [Side(side, args.repeat, len(runs[side][0]), errors[side]) for side in ("bare", "grading")]
+            if failed(*sides):
+                problems.append(row["instance_id"])
+                print(f"{row['instance_id']:<22} {failed(*sides)}", flush=True)
+                continue
             b = statistics.median(bare_runs)
             g = statistics.median(s for s, _ in grade_runs)
             phases = {k: statistics.median(d[k] for _, d in grade_runs) for k in grade_runs[0][1]}
@@ -94,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             totals[1] += g
             worst = max(worst, g / b)
             shown = " ".join(f"{k} {v:.2f}" for k, v in phases.items())
-            print(f"{row['instance_id']:<22} {b:7.2f} {g:9.2f} {g - b:7.2f} {g / b:5.2f}x   {shown}", flush=True)
+            print(f"{row['instance_id']:<22} {b:7.2f} {g:9.2f} {g - b:7.2f} {ratio(g, b):>6}   {shown}", flush=True)
+        if problems:
+            print(f"{'overall (sum)':<22} no ratio: {len(problems)}/{len(rows)} instances failed a side "
+                  f"({', '.join(problems)})")
+            return 1
         overall = totals[1] / totals[0]
         print(f"{'overall (sum)':<22} {totals[0]:7.2f} {totals[1]:9.2f} {totals[1] - totals[0]:7.2f} {overall:5.2f}x   "
               f"worst instance {worst:.2f}x; target <= {TARGET}x: {'met' if overall <= TARGET else 'NOT met'}")

@@ -15,6 +15,11 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _sides import Side, one_line  # noqa: E402
 
 from envs.runtimes.docker.runtime import DockerRuntime
 from envs.runtimes.warm_pool import WarmPool
@@ -53,7 +58,8 @@ async def ours_start(config: dict) -> tuple[float, DockerRuntime]:
 async def ours_exec(runtime: DockerRuntime) -> float:
     t0 = time.perf_counter()
     result = await runtime.exec("true")
-    assert result.returncode == 0, result
+    if result.returncode != 0:
+        raise RuntimeError(f"exec `true` returned {result.returncode}: {result.output}")
     return time.perf_counter() - t0
 
 
@@ -121,7 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", default="rollout-farm/base:bookworm")
     parser.add_argument("--samples", type=int, default=30)
     args = parser.parse_args(argv)
-    rows = asyncio.run(measure(args))
+    try:
+        rows = asyncio.run(measure(args))
+    except Exception as exc:  # noqa: BLE001 - a side that failed gives no row, and the table says which side
+        if isinstance(exc, subprocess.CalledProcessError):
+            side = Side("docker CLI", 1, 0, f"{' '.join(exc.cmd[:3])} exit {exc.returncode}: "
+                                            f"{one_line(exc.stderr or exc.stdout or '')}")
+        else:
+            side = Side("DockerRuntime", 1, 0, f"{type(exc).__name__}: {one_line(str(exc))}")
+        print(f"no ratio: {side.failure()}")
+        return 1
     print("measure | ours ms | baseline ms | ratio | target | ours p95 ms | baseline p95 ms | baseline")
     for name, ours, base, target, ours95, base95, what in rows:
         print(f"{name} | {ours * 1e3:.1f} | {base * 1e3:.1f} | {ours / base:.2f} | <= {target} | "

@@ -44,6 +44,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _sides import Side, failed, one_line, ratio  # noqa: E402
+
 from envs.images.base_image import ensure_image
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for
 from envs.images.instance_images import build_instance_images
@@ -135,10 +139,25 @@ def farm_round(tmp: Path, n: int, label: str, one_process: bool = False) -> dict
     argv = [sys.executable, "-m", "cluster", "run", "configs/swe_demo.yaml", f"dataset.slice=0:{n}",
             "run.concurrency=2", f"run_id={run_id}", "--new-run", *(ONE_PROCESS if one_process else [])]
     wall, code, cpu = timed(argv, clean_env(ROLLOUT_HOME=str(home)), tmp / f"{run_id}.log")
-    summary = json.loads((home / run_id / "summary.json").read_text()) if code == 0 else {}
-    resolved = (summary.get("swe") or {}).get("resolved_instances")
+    log = tmp / f"{run_id}.log"
+    summary_path = home / run_id / "summary.json"
+    summary = json.loads(summary_path.read_text()) if code == 0 and summary_path.exists() else {}
+    resolved = (summary.get("swe") or {}).get("resolved_instances") or 0
     return {"wall": wall, "cpu": cpu, "ok": code == 0 and resolved == n, "resolved": resolved,
-            "startup": summary.get("startup"), "log": tmp / f"{run_id}.log"}
+            "error": farm_error(code, home / run_id, log), "startup": summary.get("startup"), "log": log}
+
+
+def farm_error(code: int, run_dir: Path, log: Path) -> str:
+    """The first failed rollout's error (results.jsonl), else the exit code and the log's last line."""
+    results = run_dir / "results.jsonl"
+    for line in (results.read_text().splitlines() if results.exists() else []):
+        row = json.loads(line) if line.strip() else {}
+        if row.get("status") not in (None, "completed") or row.get("error"):
+            error = row.get("error") or {}
+            return f"{row.get('task_id')}: {row.get('status')} {error.get('type', '')}: {error.get('message', '')}"
+        if row.get("reward") not in (None, 1.0):
+            return f"{row.get('task_id')}: unresolved ({row.get('exit_reason')})"
+    return f"exit {code}: {one_line(log.read_text(errors='replace'))}" if code else ""
 
 
 def mini_round(tmp: Path, python: str, data: Path, dataset: Path, n: int, label: str) -> dict:
@@ -153,10 +172,27 @@ def mini_round(tmp: Path, python: str, data: Path, dataset: Path, n: int, label:
                                           "--predictions", str(out / "preds.json"), "--out", str(tmp / f"eval-{label}"),
                                           "--workers", "2"], clean_env(), tmp / f"eval-{label}.log")
     reports = list((tmp / f"eval-{label}").glob("*.json"))
-    resolved = json.loads(reports[0].read_text()).get("resolved_instances") if reports else None
+    resolved = (json.loads(reports[0].read_text()).get("resolved_instances") if reports else None) or 0
+    log = tmp / f"mini-{label}.log"
+    error = mini_error(code, out, log) or (f"rollout eval exit {graded}: "
+                                           f"{one_line((tmp / f'eval-{label}.log').read_text(errors='replace'))}"
+                                           if graded else "")
     return {"wall": agent + grading, "cpu": agent_cpu + grading_cpu, "agent": agent, "grading": grading,
-            "resolved": resolved,
-            "ok": code == 0 and graded == 0 and resolved == n, "log": tmp / f"mini-{label}.log"}
+            "resolved": resolved, "error": error, "ok": code == 0 and graded == 0 and resolved == n, "log": log}
+
+
+def mini_error(code: int, out: Path, log: Path) -> str:
+    """mini-swe-agent's first failed instance: its log's "Error processing instance" line (an environment that
+    did not start leaves no trajectory), else a trajectory whose exit status is not Submitted, else its exit code."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for line in text.splitlines():
+        if "Error processing instance" in line:
+            return one_line(line)
+    for traj in sorted(out.glob("*/*.traj.json")):
+        info = json.loads(traj.read_text()).get("info") or {}
+        if info.get("exit_status") != "Submitted":
+            return f"{traj.parent.name}: {info.get('exit_status')} {info.get('exception_str', '')}".strip()
+    return f"exit {code}: {one_line(text)}" if code else ""
 
 
 def remove_mini_containers() -> None:
@@ -205,9 +241,10 @@ def main(argv: list[str] | None = None) -> int:
             shift = index % len(sides)
             for side, run in sides[shift:] + sides[:shift]:  # rotate which side goes first
                 result = run()
+                result["side"] = Side(NAMES[side], args.instances, result["resolved"], result["error"])
                 if not result["ok"]:
-                    print(f"{side} round {label} did not resolve every instance ({result['resolved']}); its log:\n"
-                          + result["log"].read_text()[-3000:], flush=True)
+                    print(f"{side} round {label}: {result['side'].failure()}; its log's end:\n"
+                          + result["log"].read_text(errors="replace")[-3000:], flush=True)
                 if index >= 0:
                     walls[side].append(result)
             print(f"round {label}: farm {walls['farm'][-1]['wall']:.1f}s, one process {walls['one'][-1]['wall']:.1f}s, "
@@ -216,13 +253,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+NAMES = {"farm": "farm (Ray, Serve)", "one": "farm (one process)", "mini": f"mini-swe-agent {MINI_VERSION}"}
+
+
+def side_of(name: str, rounds: list[dict]) -> Side:
+    """A side over its rounds: every instance of every round resolved, or its first round's failure."""
+    total = sum(r["side"].total for r in rounds)
+    done = sum(r["side"].done for r in rounds)
+    error = next((r["side"].error or r["side"].failure() for r in rounds if not r["side"].ok), "")
+    return Side(NAMES[name], total, done, error)
+
+
 def print_table(farm: list[dict], mini: list[dict], one: list[dict], args: argparse.Namespace) -> None:
     med = lambda rs, key="wall": statistics.median(r[key] for r in rs)  # noqa: E731
     f_wall, m_wall, o_wall = med(farm), med(mini), med(one)
     best = min(farm, key=lambda r: abs(r["wall"] - f_wall))
     split = best["startup"] or {}
     parts = ", ".join(f"{k} {v:.1f}" for k, v in (split.get("parts") or {}).items())
-    ratio = f_wall / m_wall
+    sides = {name: side_of(name, rs) for name, rs in (("farm", farm), ("mini", mini), ("one", one))}
     rounds = lambda rs: " ".join(f"{r['wall']:.1f}" for r in rs)  # noqa: E731
     print(f"\n{args.instances} SWE instances (bundled mini benchmark), gold policy, concurrency 2; "
           f"{args.rounds} round(s), medians; wall = process start to exit; CPU = the machine's busy CPU-seconds")
@@ -236,17 +284,33 @@ def print_table(farm: list[dict], mini: list[dict], one: list[dict], args: argpa
           f"the same command + {' '.join(ONE_PROCESS)}; {o_split.get('seconds', float('nan')):.1f}s to the first call")
     print(f"{'mini-swe-agent ' + MINI_VERSION + ' + rollout eval':<34} {m_wall:7.1f} {med(mini, 'cpu'):6.1f}   "
           f"{rounds(mini):<18} batch runner {med(mini, 'agent'):.1f} + grading {med(mini, 'grading'):.1f}")
-    per_round = " ".join(f"{a['wall'] / b['wall']:.2f}" for a, b in zip(farm, mini))
-    print(f"{'ratio farm / mini-swe-agent':<34} {ratio:6.2f}x {'':>6}   {per_round:<18} "
-          f"target <= {TARGET}x: {'met' if ratio <= TARGET else 'NOT met'}")
-    per_round = " ".join(f"{a['wall'] / b['wall']:.2f}" for a, b in zip(one, mini))
-    print(f"{'ratio one process / mini-swe-agent':<34} {o_wall / m_wall:6.2f}x {'':>6}   {per_round:<18} "
-          f"the gap above is Ray's and Serve's start-up")
+    for name, label, rs, wall, note in (("farm", "farm", farm, f_wall, f"target <= {TARGET}x"),
+                                        ("one", "one process", one, o_wall, "the gap above is Ray's and Serve's "
+                                                                             "start-up")):
+        print_ratio(f"ratio {label} / mini-swe-agent", wall, m_wall, rs, mini, note, sides[name], sides["mini"])
+    for name, side in sides.items():
+        if not side.ok:
+            print(f"{NAMES[name]} did not do the work: {side.failure()}")
     cores = os.cpu_count() or 1
     floor = med(farm, "cpu") / cores
+    if failed(sides["farm"], sides["mini"], sides["one"]):
+        return
     print(f"CPU floor of the Ray run on {cores} cores: {med(farm, 'cpu'):.1f} CPU-s / {cores} = {floor:.1f}s even with "
           f"every part overlapped ({floor / m_wall:.2f}x mini-swe-agent's wall); Ray and Serve cost "
           f"{med(farm, 'cpu') - med(one, 'cpu'):.1f} CPU-s over the one-process run")
+
+
+def print_ratio(name: str, ours: float, base: float, ours_rounds: list[dict], base_rounds: list[dict], note: str,
+                *sides: Side) -> None:
+    """One ratio row: the medians' ratio and each round's, or why there is none (a side that did not do the work)."""
+    shown = ratio(ours, base, *sides)
+    if shown.startswith("no ratio"):
+        print(f"{name:<34} {shown}")
+        return
+    per_round = " ".join(ratio(a["wall"], b["wall"], a["side"], b["side"]) if a["side"].ok and b["side"].ok else "-"
+                         for a, b in zip(ours_rounds, base_rounds))
+    met = f": {'met' if ours / base <= TARGET else 'NOT met'}" if note.startswith("target") else ""
+    print(f"{name:<34} {shown:>7} {'':>6}   {per_round:<18} {note}{met}")
 
 
 if __name__ == "__main__":
