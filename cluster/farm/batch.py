@@ -50,7 +50,7 @@ class MemoryStore:
 
 class MemberBatch:
     def __init__(self, backend: Any, *, concurrency: int, max_attempts: int, out: TextIO,
-                 budget_spent: Callable[[], bool]):
+                 budget_spent: Callable[[], bool] | None):
         self.backend, self.concurrency, self.max_attempts = backend, concurrency, max_attempts
         self.out, self.budget_spent = out, budget_spent
 

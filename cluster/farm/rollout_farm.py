@@ -188,9 +188,9 @@ class RolloutFarm(FarmControls):
                 if asyncio.iscoroutine(maybe):
                     await maybe
 
+        budget = None if self.token_budget is None else (lambda: self.tokens_used >= self.token_budget)
         batch = MemberBatch(self._backend, concurrency=self.concurrency, max_attempts=self.max_attempts,
-                            out=self.out, budget_spent=lambda: self.token_budget is not None
-                            and self.tokens_used >= self.token_budget)
+                            out=self.out, budget_spent=budget)
         return await batch.run(tasks, samples, run_id, base_seed, deadline, count, first_attempt, history)
 
     async def stream(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,

@@ -100,3 +100,19 @@ def describe_nodes(nodes: Iterable[Node]) -> str:
     parts = [f"{node_id[:8]}x{sum(slots)}" + (f" ({len(slots)} workers)" if len(slots) > 1 else "")
              for node_id, slots in per_node.items()]
     return f"{len(parts)} node(s), slots per node: {', '.join(parts)}"
+
+
+def running(nodes: Iterable[Node]) -> int:
+    """Rollouts running on ``nodes``: a worker runs at most its slots, the rest of what it was sent waits there."""
+    return sum(min(n.used, n.capacity) for n in nodes if n.alive)
+
+
+def queue_on(nodes: Iterable[Node], image: str | None, avoid: str | None) -> Node | None:
+    """A full worker to send a rollout ahead to (it starts there when a slot frees), each holding up to one per
+    slot: the one with the shortest wait, holding the rollout's image, not ``avoid`` while another will do; None
+    to wait."""
+    full = [n for n in nodes if n.alive and n.actor is not None and n.sick is None
+            and n.capacity <= n.used < 2 * n.capacity and (image is None or image in n.images)]
+    if avoid is not None and any(n.node_id != avoid for n in full):
+        full = [n for n in full if n.node_id != avoid]
+    return min(full, key=lambda n: n.used / n.capacity, default=None)

@@ -67,6 +67,7 @@ class Driver:
         stop_when: Callable[[], bool] | None = None,
         live_dir: str | Path | None = None,
         tty: bool | None = None,
+        keep_results: bool = True,
     ):
         self.backend, self.store, self.plan = backend, store, plan
         self.run_id, self.concurrency, self.base_seed = run_id, concurrency, base_seed
@@ -77,6 +78,13 @@ class Driver:
         self.stop_when = stop_when
         """Checked before each new (task, sample) starts: True leaves the rest unstarted (a token budget)."""
         self.not_started: list[tuple[Task, int, int]] = []
+        self.keep_results = keep_results
+        """False: ``finished`` stays empty (a batch job's results are on disk; holding each with its trajectory
+        grew the driver by ~40 KB a rollout); ``ran`` and ``first_call`` are kept either way."""
+        self.ran = 0
+        """Final results so far (after retries)."""
+        self.first_call: float | None = None
+        """The earliest first model call of the results so far (wall clock), or None."""
         total = plan.done_count + plan.final_failed_count + len(plan.todo)
         self.progress = Progress(total, already_done=plan.done_count + plan.final_failed_count)
         self.finished: list[RolloutResult] = []
@@ -108,16 +116,22 @@ class Driver:
 
     def status_line(self) -> str:
         """The progress line; in a log it names the run, on a terminal the width goes to the numbers."""
-        line = self.progress.status(self.in_flight)
+        running = getattr(self.backend, "running", None)  # the rest of in_flight waits on its worker
+        line = self.progress.status(min(self.in_flight, running()) if running is not None else self.in_flight)
         return line if self.display.tty else f"[{self.run_id}] {line}"
 
     async def run(self) -> list[RolloutResult]:
-        """Run every planned rollout; return the final result of each (after retries)."""
+        """Run every planned rollout; return the final result of each (after retries; none with
+        ``keep_results=False``)."""
         queue: asyncio.Queue = asyncio.Queue()
         for item in self.plan.todo:
             queue.put_nowait(item)
         self._queue = queue
-        workers = [asyncio.create_task(self._worker(queue)) for _ in range(min(self.concurrency, len(self.plan.todo)))]
+        # A backend that takes rollouts ahead of its free slots (Ray workers start them as slots free) gets them,
+        # unless the run may stop starting new ones (a token budget): what was sent ahead would run anyway.
+        ahead = getattr(self.backend, "ahead", 0) if self.stop_when is None else 0
+        window = self.concurrency + ahead
+        workers = [asyncio.create_task(self._worker(queue)) for _ in range(min(window, len(self.plan.todo)))]
         self.started_at, self.state = time.time(), live.RUNNING
         stop = asyncio.Event()
         ticking = self.progress_interval or self.live_dir is not None
@@ -155,7 +169,11 @@ class Driver:
             except asyncio.QueueEmpty:
                 return
             result = await self._until_final(task, sample, attempt)
-            self.finished.append(result)
+            self.ran += 1
+            if result.trajectory.steps and (started := result.trajectory.steps[0].started_at):
+                self.first_call = started if self.first_call is None else min(self.first_call, started)
+            if self.keep_results:
+                self.finished.append(result)
             self.progress.update(result)
             if self.on_result is not None:
                 maybe = self.on_result(result)

@@ -31,8 +31,11 @@ class WorkerGone(Exception):
 
 
 class Channel:
-    def __init__(self, actor: Any, on_lost: Callable[[BaseException], None], collect_wait: float = 30.0):
+    def __init__(self, actor: Any, on_lost: Callable[[BaseException], None], collect_wait: float = 30.0,
+                 slots: int | None = None):
         self.actor, self.on_lost, self.collect_wait = actor, on_lost, collect_wait
+        self.slots = slots
+        """Rollouts the worker runs at once; what the driver sends beyond them waits there for a slot."""
         self.pending: dict[int, asyncio.Future] = {}
         self.gone: BaseException | None = None
         self._outgoing: list[tuple[int, Task, RequestMeta]] = []
@@ -78,7 +81,7 @@ class Channel:
             return
         self.calls += 1
         try:
-            ref = self.actor.submit.remote(batch)
+            ref = self.actor.submit.remote(batch, self.slots)
         except Exception as exc:  # noqa: BLE001 - arguments that do not serialise: those rollouts fail
             for seq, _, _ in batch:
                 _fail(self.pending.pop(seq, None), exc)

@@ -91,7 +91,8 @@ class NodeMembership:
                 if node.generation == generation:
                     node.actor, node.worker = actor, info["worker"]
                     node.images = set(info.get("images") or ())
-                    node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc))
+                    node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc),
+                                           slots=node.capacity)
                     if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
                         actor.reap_dead_owners.remote(self.run_id, self.engines)
             finally:

@@ -22,7 +22,7 @@ from ray.exceptions import RayActorError
 from cluster.backends.seam import Backend
 from cluster.placement.health import NodeHealth
 from cluster.placement.locality import ImageLocality
-from cluster.placement.slots import Node, Resources, describe_nodes
+from cluster.placement.slots import Node, Resources, describe_nodes, queue_on, running
 from cluster.transfer.setup import open_transfer, transfer_summary
 from cluster.workers.channel import WorkerGone, retrieve
 from cluster.workers.membership import NodeMembership
@@ -138,10 +138,12 @@ class RayBackend(NodeMembership, Backend):
         node = await self._acquire(self.locality.key(task), self.health.avoid(meta.rollout_id))
         channel, seq = node.channel, next(self._seq)
         future = channel.send(seq, task, meta)
+        # sent ahead, it waits for a slot there: at most as long as a running attempt may take
+        deadline = self.deadline * 2 if self.deadline is not None and node.used > node.capacity else self.deadline
         try:
             # within, not wait_for: a driver's cancel landing as the result arrives would be lost (rollout.waits),
             # and its worker would go on taking rollouts after Ctrl-C or a batch deadline
-            payload = await within(asyncio.shield(future), self.deadline)
+            payload = await within(asyncio.shield(future), deadline)
             try:
                 result = decode_result(payload) if payload is not None else failure_result(task, meta, WorkerDied(
                     f"the worker on node {node.node_id[:8]} cancelled attempt {meta.attempt} of {meta.rollout_id}"))
@@ -154,7 +156,7 @@ class RayBackend(NodeMembership, Backend):
             await asyncio.wait([future], timeout=CANCEL_GRACE)
             await asyncio.to_thread(remove_rollout_containers, self.run_id, self.engines, meta.rollout_id)
             result = failure_result(task, meta, DeadlineExceeded(
-                f"attempt {meta.attempt} of {meta.rollout_id} passed the {self.deadline:g}s deadline on node "
+                f"attempt {meta.attempt} of {meta.rollout_id} passed the {deadline:g}s deadline on node "
                 f"{node.node_id[:8]}; cancelled and its containers removed"))
         except WorkerGone as exc:
             where = f"worker {node.worker or '?'} on node {node.node_id[:8]}"
@@ -183,7 +185,11 @@ class RayBackend(NodeMembership, Backend):
                 self.locality.wanting[image] += 1
             try:
                 while True:
-                    best = self.locality.choose(self.nodes.values(), image, avoid)
+                    best = None
+                    if self.running() < self.concurrency:
+                        best = self.locality.choose(self.nodes.values(), image, avoid)
+                    if best is None:
+                        best = queue_on(self.nodes.values(), image, avoid)
                     if best is not None:
                         best.used += 1
                         self.locality.sent(best, image)
@@ -200,6 +206,16 @@ class RayBackend(NodeMembership, Backend):
                         del self.locality.wanting[image]
                 self._gauges()
 
+    @property
+    def ahead(self) -> int:
+        """Rollouts the driver may send beyond the running ones: each worker holds up to one per slot, waiting
+        there to start the moment a slot frees (``cluster.workers.mailbox``)."""
+        return self.concurrency
+
+    def running(self) -> int:
+        """Rollouts running now (a worker runs at most its slots; the rest of what it was sent waits there)."""
+        return running(self.nodes.values())
+
     async def _release(self, node: Node) -> None:
         async with self._changed:
             node.used -= 1
@@ -212,8 +228,10 @@ class RayBackend(NodeMembership, Backend):
         self._gauges()
 
     def _gauges(self) -> None:
-        self.metrics.set("rollouts_in_flight", sum(n.used for n in self.nodes.values()))
-        self.metrics.set("queue_depth", self.waiting + self.not_started)
+        running = self.running()
+        sent_ahead = sum(n.used for n in self.nodes.values() if n.alive) - running
+        self.metrics.set("rollouts_in_flight", running)
+        self.metrics.set("queue_depth", self.waiting + self.not_started + sent_ahead)
 
     async def _notify(self) -> None:
         async with self._changed:

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cluster.compose import RolloutParts
+from cluster.workers.mailbox import Mailbox
 from rollout import events
 from rollout.protocols import Environment, Model, ModelResponse, Verifier
 from rollout.records import RequestMeta, RolloutResult, Task
 from rollout.runner import failure_result, run_rollout
 from rollout.termination import Limits
-from rollout.waits import within
 
 
 class ConfigSource:
@@ -31,6 +31,8 @@ class ConfigSource:
 
     def __init__(self, composer: Any, base_url: str | None = None):
         self.composer, self.base_url = composer, base_url
+        self._bound: dict[str, int] = {}
+        """Rollouts running per bound task id (a task stays bound while any of its samples runs)."""
 
     def build_model(self) -> Model:
         return self.composer.build_model(self.base_url)
@@ -42,7 +44,21 @@ class ConfigSource:
 
     def parts(self, task: Task, meta: RequestMeta) -> RolloutParts:
         self.composer.bind_tasks([task])  # in-process scripted models look tasks up by id
-        return self.composer.parts(task, meta)
+        self._bound[task.task_id] = self._bound.get(task.task_id, 0) + 1
+        try:
+            return self.composer.parts(task, meta)
+        except BaseException:
+            self.release(task)
+            raise
+
+    def release(self, task: Task) -> None:
+        """The rollout ``parts`` was for has ended: its task is unbound once none of its samples runs (bound
+        for good, every task a worker ran stayed in memory: ~1.5 KB a rollout over a long run)."""
+        left = self._bound.pop(task.task_id, 1) - 1
+        if left > 0:
+            self._bound[task.task_id] = left
+        else:
+            self.composer.tasks.pop(task.task_id, None)
 
 
 class ObjectSource:
@@ -71,6 +87,9 @@ class ObjectSource:
         limits = self.limits or (self.agent.limits() if hasattr(self.agent, "limits") else Limits())
         return RolloutParts(self.agent, env, verifier, limits)
 
+    def release(self, task: Task) -> None:
+        """Nothing to let go of once a rollout ends."""
+
 
 class GatedModel:
     """The worker's model behind its pause gate; stamps the policy version current when a call starts."""
@@ -95,7 +114,7 @@ class GatedModel:
             await close()
 
 
-class RolloutWorker:
+class RolloutWorker(Mailbox):
     """Runs rollouts for a driver. ``node_id`` labels the containers it creates (``rollout-farm.node``)."""
 
     def __init__(self, source: Any, *, node_id: str = "", run_dir: str | None = None, metrics_run: str | None = None):
@@ -116,9 +135,7 @@ class RolloutWorker:
         self.finished = 0
         self._model: GatedModel | None = None
         self._gate: asyncio.Event | None = None
-        self._running: dict[int, asyncio.Task] = {}
-        self._outbox: list[tuple[int, tuple[int, bytes] | None]] = []
-        self._ready: asyncio.Event | None = None
+        self._open_mailbox()
         self.metrics = None
         if metrics_run is not None:  # inside Ray: the farm's metrics (cluster.workers.metrics), tagged with the run
             from cluster.workers.metrics import FarmMetrics
@@ -134,7 +151,7 @@ class RolloutWorker:
 
     def info(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "worker": self.ident, "pid": os.getpid(), "finished": self.finished,
-                "in_flight": len(self.tracker), "policy_version": self.policy_version,
+                "in_flight": len(self.tracker), "waiting": self.waiting, "policy_version": self.policy_version,
                 "paused": self._gate is not None and not self._gate.is_set()}
 
     async def execute(self, task: Task, meta: RequestMeta) -> RolloutResult:
@@ -151,53 +168,11 @@ class RolloutWorker:
                                            meta=meta, limits=parts.limits, observers=self._observers(meta, key))
             finally:
                 self.tracker.finish(key)
+                self.source.release(task)
         self.finished += 1
         result.node_id, result.worker = self.node_id or None, self.ident
         result.model_url = result.model_url or self.source.model_url
         return result
-
-    # ---- many rollouts per call: the Ray backend's protocol (cluster.workers.channel) -------------------------
-
-    async def submit(self, batch: list[tuple[int, Task, RequestMeta]]) -> int:
-        """Start ``(seq, task, meta)`` rollouts; each result goes to the outbox that ``collect`` empties."""
-        for seq, task, meta in batch:
-            self._running[seq] = asyncio.create_task(self._deliver(seq, task, meta))
-        return len(batch)
-
-    async def _deliver(self, seq: int, task: Task, meta: RequestMeta) -> None:
-        from cluster.workers.wire import encode_result
-
-        payload: tuple[int, bytes] | None
-        try:
-            payload = encode_result(await self.execute(task, meta))
-        except asyncio.CancelledError:  # the driver cancelled it (a deadline): it unwound; None says so
-            payload = None
-        except Exception as exc:  # noqa: BLE001 - reported as this rollout's failure, never lost
-            payload = encode_result(failure_result(task, meta, exc))
-        self._running.pop(seq, None)
-        self._outbox.append((seq, payload))
-        if self._ready is not None:
-            self._ready.set()
-
-    async def collect(self, wait: float = 30.0) -> list[tuple[int, tuple[int, bytes] | None]]:
-        """Every ``(seq, encoded result)`` finished since the last call; waits up to ``wait`` s for one."""
-        if self._ready is None:
-            self._ready = asyncio.Event()
-        if not self._outbox:
-            self._ready.clear()
-            try:
-                await within(self._ready.wait(), wait)  # cancelled, it must not take the outbox to nobody
-            except asyncio.TimeoutError:
-                pass
-        out, self._outbox = self._outbox, []
-        return out
-
-    async def cancel(self, seqs: list[int]) -> None:
-        """Cancel running rollouts (their runtimes close what they started; ``collect`` reports None)."""
-        for seq in seqs:
-            task = self._running.get(seq)
-            if task is not None:
-                task.cancel()
 
     def _observers(self, meta: RequestMeta, key: tuple[str, int]) -> list[events.Observer]:
         observers = [self.tracker.observer(key)]

@@ -77,3 +77,44 @@ def test_results_keep_non_finite_numbers_and_fall_back_to_pickle_for_objects():
     odd = result.model_copy(update={"metadata": {"handle": object}})  # a class: JSON cannot carry it
     kind, data = encode_result(odd)
     assert kind == PICKLE and decode_result((kind, data)).metadata["handle"] is object
+
+
+def test_past_its_slots_a_worker_holds_rollouts_and_starts_each_as_a_slot_frees():
+    async def main():
+        w = worker(delay=0.05)
+        await w.submit([item(i, f"t{i}") for i in range(6)], slots=2)
+        most = 0
+        got: dict[int, RolloutResult] = {}
+        while len(got) < 6:
+            most = max(most, len(w.live()))
+            assert len(w.live()) + w.waiting + len(got) <= 6
+            for seq, payload in await w.collect(0.01):
+                got[seq] = decode_result(payload)
+        await w.shutdown()
+        return most, got
+
+    most, got = asyncio.run(main())
+    assert most == 2, "never more running than the slots it was given"
+    assert all(r.exit_reason == ExitReason.SUBMITTED for r in got.values())
+    # first come, first started: the last two waited for two rollouts each (3 commands of 50 ms)
+    assert got[5].timings["queued"] > got[0].timings["queued"] + 0.2
+    assert got[0].timings["queued"] < 0.1
+
+
+def test_a_waiting_rollout_cancelled_never_starts():
+    async def main():
+        w = worker(delay=0.1)
+        await w.submit([item(0, "running"), item(1, "waiting")], slots=1)
+        await asyncio.sleep(0.05)
+        await w.cancel([1])
+        out = {}
+        while len(out) < 2:
+            out.update(dict(await w.collect(5.0)))
+        info = w.info()
+        await w.shutdown()
+        return out, info
+
+    out, info = asyncio.run(main())
+    assert out[1] is None and info["waiting"] == 0
+    assert decode_result(out[0]).exit_reason == ExitReason.SUBMITTED
+    assert info["finished"] == 1, "the cancelled one never ran"
