@@ -187,6 +187,12 @@ class Composer:
         config = comp.config
         if base_url is not None and hasattr(config, "base_url"):
             config = config.model_copy(update={"base_url": base_url})
+            if self.config.serve is not None:  # the run's own Serve app: its kind may skip the HTTP proxy
+                from cluster.serving.kinds import app_for
+
+                inside = app_for(self.config.serve).inside_model(self.config.serve, Component(comp.cls, config))
+                if inside is not None:
+                    return inside
         return build(Component(comp.cls, config), tasks=self.tasks)
 
     def model_url(self, base_url: str | None = None) -> str | None:

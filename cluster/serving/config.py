@@ -43,6 +43,9 @@ class ServeSection(StrictModel):
     ``consistent_hash``: Ray's experimental session hash ring; ``power_of_two``: Ray's default, no affinity."""
     session_ttl: float = Field(default=600.0, gt=0)
     """Seconds after its last request that the sticky router forgets a session whose end it was not told."""
+    handle_calls: bool = True
+    """The run's workers call the application through a ``DeploymentHandle`` (no HTTP proxy) where its kind answers
+    one (``scripted``); false: through the proxy, as every other caller does."""
     deployment: dict[str, Any] = Field(default_factory=dict)
     """Serve deployment options passed through (``num_replicas``, ``autoscaling_config``, ``ray_actor_options``,
     ``max_queued_requests``, ...)."""

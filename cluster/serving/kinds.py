@@ -70,6 +70,11 @@ class ServeApp:
         """Fields of the client's model config this kind sets (a client without them gets none)."""
         return {}
 
+    def inside_model(self, section: "ServeSection", model: Any) -> Any:
+        """The run's workers' model for this application called from inside the cluster (``model``: the client's
+        ``Component`` against the application's URL), or None to call it through Serve's HTTP proxy."""
+        return None
+
     def in_process(self, section: "ServeSection") -> dict[str, Any] | None:
         """The in-process scripted server section that plays this kind without Ray (``farm.backend: local``), or
         None when only a Serve deployment can serve it."""

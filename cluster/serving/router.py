@@ -35,10 +35,16 @@ class StickyLeastLoadedRouter(ConsistentHashRouter):
         super().initialize_state(**kwargs)
         self._session_ttl = float(session_ttl)
         self._sessions: dict[str, tuple[ReplicaID, float]] = {}
+        self._load: Counter = Counter()  # live sessions per replica, kept with ``_sessions`` (O(1) per request)
         self._last_sweep = time.monotonic()
 
     def sessions_per_replica(self) -> Counter:
-        return Counter(replica for replica, _ in self._sessions.values())
+        return +self._load
+
+    def _forget(self, session: str) -> None:
+        held = self._sessions.pop(session, None)
+        if held is not None:
+            self._load[held[0]] -= 1
 
     def _sweep(self, now: float) -> None:
         if now - self._last_sweep < min(self._session_ttl, 10.0):
@@ -46,7 +52,7 @@ class StickyLeastLoadedRouter(ConsistentHashRouter):
         self._last_sweep = now
         cutoff = now - self._session_ttl
         for session in [s for s, (_, seen) in self._sessions.items() if seen < cutoff]:
-            del self._sessions[session]
+            self._forget(session)
 
     async def choose_replicas(
         self, candidate_replicas: List[RunningReplica], pending_request: Optional[PendingRequest] = None
@@ -64,12 +70,16 @@ class StickyLeastLoadedRouter(ConsistentHashRouter):
         held = self._sessions.get(key)
         chosen = self._replicas.get(held[0]) if held is not None else None
         if chosen is None:  # a new session, or its replica is gone: the replica with the fewest sessions
-            load = self.sessions_per_replica()
+            load = self._load
             chosen = min(candidate_replicas, key=lambda r: (load[r.replica_id], random.random()))
         if releasing:
-            self._sessions.pop(key, None)
+            self._forget(key)
+        elif held is not None and held[0] == chosen.replica_id:
+            self._sessions[key] = (held[0], now)
         else:
+            self._forget(key)
             self._sessions[key] = (chosen.replica_id, now)
+            self._load[chosen.replica_id] += 1
         return [[chosen]]
 
 

@@ -16,6 +16,9 @@ from typing import Any, AsyncIterator, Iterator
 
 from cluster.serving.kinds import ServeApp
 
+DEPLOYMENT = "ScriptedPolicyServer"
+"""The scripted app's one deployment (its ingress)."""
+
 
 class ScriptedPolicyServer:
     def __init__(self, server_config: dict[str, Any]):
@@ -44,6 +47,12 @@ class ScriptedPolicyServer:
         return StreamingResponse(_each(reply.chunks()), status_code=reply.status, headers=headers,
                                  media_type=reply.media_type)
 
+    async def post(self, path: str, body: bytes, rollout_id: str = "") -> tuple[int, dict[str, str], bytes]:
+        """A POST to ``path`` (below the application's prefix) through a ``DeploymentHandle``, without the HTTP
+        proxy: the reply's status, headers and body (a streamed reply's events joined)."""
+        reply = await self.server.route("POST", path, body, rollout_id)
+        return reply.status, {**(reply.headers or {}), "x-serve-replica": self.replica}, b"".join(reply.chunks())
+
 
 async def _each(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
     for chunk in chunks:
@@ -61,7 +70,7 @@ def build(server_config: dict[str, Any], options: dict[str, Any]) -> Any:
     options."""
     from ray import serve
 
-    deployment = serve.deployment(ScriptedPolicyServer, name="ScriptedPolicyServer")
+    deployment = serve.deployment(ScriptedPolicyServer, name=DEPLOYMENT)
     return deployment.options(**options).bind(server_config)
 
 
@@ -105,6 +114,21 @@ class ScriptedApp(ServeApp):
     def model_overrides(self, section: Any, model_config: Any) -> dict[str, Any]:
         # the sticky router frees a rollout's replica when told the rollout ended
         return {"release_sessions": section.router == "sticky"}
+
+    def inside_model(self, section: Any, model: Any) -> Any:
+        # A Ray process skips the proxy: the replicas' ``post`` through a handle (the chat client's calls only; a
+        # token-in client talks to /v1/completions and keeps the proxy for all of a rollout's calls)
+        from rollout.models.client.model import OpenAIModel
+
+        if not section.handle_calls or model.cls is not OpenAIModel or model.config.token_in:
+            return None
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        from cluster.serving.handle.model import HandleModel
+
+        return HandleModel(model.config, section.name, DEPLOYMENT)
 
     def in_process(self, section: Any) -> dict[str, Any] | None:
         return {"policy": section.policy, "latency": section.latency, "faults": section.faults}

