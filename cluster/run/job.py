@@ -19,14 +19,14 @@ from cluster.run.config import RunConfig
 from cluster.run.driver import Driver
 from cluster.run.home import resolve_run_dir
 from cluster.run.host_checks import reap_leftovers, resolve_auto_runtimes
-from cluster.run.startup import FIRST_CALL, StartupClock, first_model_call, open_run
+from cluster.run.startup import FIRST_CALL, StartupClock, open_run
 from cluster.run.swe_outputs import model_name, write_swe_outputs
 from cluster.serving.config import scripted_in_process
 from rollout.config.load import load_config, validate
 from rollout.data.dataset import load_tasks, row_hash, select
 from rollout.errors import ConfigError
 from rollout.formats.export import AgentNames, atif_writer
-from rollout.records import RolloutResult, Task
+from rollout.records import Task
 from rollout.registry import Registry
 from rollout.store.manifest import build_manifest
 from rollout.store.resume import Plan
@@ -96,7 +96,7 @@ def prepare(
     resolved = config.model_dump(mode="json")
     resolved["dataset"]["path"] = str(dataset_path)
     seeds = {"base": config.run.seed, "per_sample": "base + sample_index"}
-    store = RunStore(run_dir)
+    store = RunStore(run_dir, keep_results=False)  # a long run's results are on disk, not in memory
     rows = {t.task_id: row_hash(t) for t in tasks}
     store.open(resolved, build_manifest(resolved, dataset_path, seeds, rows), new_run=new_run)
     plan = store.plan(tasks, config.run.samples, config.run.max_attempts, retry_infra)
@@ -153,7 +153,7 @@ async def execute(job: Job) -> dict[str, Any]:
 async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     from cluster.assembly import FarmAssembly
 
-    finished: list[RolloutResult] = []
+    driver: Driver | None = None
     t0 = time.perf_counter()
     assembly = job.assembly = FarmAssembly.for_run(job.config, dataset=str(job.dataset_path), out=job.out)
     try:
@@ -169,10 +169,11 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                 write_trajectories=job.config.output.trajectories, out=job.out,
                 on_result=(atif_writer(job.store, AgentNames.of_run(job.run_dir, job.tasks), say)
                            if job.config.output.trajectory_format == "atif" else None),
+                keep_results=False,  # every result is on disk; the summary reads results.jsonl
             )
             job.clock.begin(FIRST_CALL)
             try:
-                finished = await driver.run()
+                await driver.run()
             finally:  # the workers and the model's app go down side by side; Serve is told, not waited for
                 await assembly.close(wait=False)
         else:
@@ -188,7 +189,8 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     releasing = asyncio.ensure_future(assembly.release())  # the cluster down while the outputs are written
     wall = time.perf_counter() - t0
     summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
-                        wall_seconds=wall, ran=len(finished), startup=job.clock.split(first_model_call(finished)))
+                        wall_seconds=wall, ran=driver.ran if driver else 0,
+                        startup=job.clock.split(driver.first_call if driver else None))
     summary["run_id"] = job.run_id
     summary["run_dir"] = str(job.run_dir)
     summary["nodes_lost"] = getattr(assembly.backend, "lost_nodes", list)()

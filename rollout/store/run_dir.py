@@ -45,9 +45,12 @@ __all__ = ["DatasetChanged", "RunConfigChanged", "RunDirLocked", "RunStore", "St
 class RunStore(TrajectoryFiles):
     """One run directory. Appends are serialised in-process (single writer per run dir)."""
 
-    def __init__(self, run_dir: str | Path, fsync: bool = False):
+    def __init__(self, run_dir: str | Path, fsync: bool = False, keep_results: bool = True):
         self.run_dir = Path(run_dir)
         self.fsync = fsync
+        self.keep_results = keep_results
+        """False: an appended line is not kept in ``results`` (a long run stays flat: ~5 KB a result otherwise);
+        ``latest_results`` then reads results.jsonl."""
         self.config_path = self.run_dir / "config.json"
         self.manifest_path = self.run_dir / "manifest.json"
         self.results_path = self.run_dir / "results.jsonl"
@@ -56,7 +59,7 @@ class RunStore(TrajectoryFiles):
         self.lock_path = self.run_dir / ".lock"
         self.bad_path = self.run_dir / "results.bad.jsonl"
         self.results: list[StoredResult] = []
-        """Every line so far (stored + appended), lean, in file order."""
+        """Every line so far (stored + appended; only stored with ``keep_results=False``), lean, in file order."""
         self.bad_lines: list[int] = []
         """1-based numbers of the results.jsonl lines the last ``load()`` skipped as damaged."""
         self._file: Any = None
@@ -139,7 +142,7 @@ class RunStore(TrajectoryFiles):
     def append(self, result: RolloutResult, trajectory: bool = True) -> StoredResult:
         """Write one line for a finished attempt (its trajectory file first, unless ``trajectory=False``).
 
-        Returns the lean record, also kept in ``self.results``.
+        Returns the lean record, also kept in ``self.results`` (with ``keep_results``).
         """
         if trajectory and not isinstance(result, StoredResult):
             self.write_trajectory(result)
@@ -152,7 +155,8 @@ class RunStore(TrajectoryFiles):
             self._file.flush()
             if self.fsync:
                 os.fsync(self._file.fileno())
-            self.results.append(stored)
+            if self.keep_results:
+                self.results.append(stored)
         return stored
 
     def load(self) -> list[StoredResult]:
@@ -184,8 +188,14 @@ class RunStore(TrajectoryFiles):
         return done
 
     def latest_results(self) -> list[StoredResult]:
-        """One result per (task_id, sample_index): the last line written for it."""
-        return latest_per_key(self.results)  # type: ignore[return-value]
+        """One result per (task_id, sample_index): the last line written for it (read from results.jsonl when
+        appended lines are not kept)."""
+        if self.keep_results:
+            return latest_per_key(self.results)  # type: ignore[return-value]
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+            return latest_per_key(parse_results(self.results_path).results)  # type: ignore[return-value]
 
     def plan(self, tasks: Iterable[Task], samples_per_task: int, max_attempts: int, retry_infra: bool = False) -> Plan:
         """Sort every (task, sample) into done, failed for good, or to run next (see ``rollout.store.resume``)."""
