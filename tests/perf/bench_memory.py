@@ -19,7 +19,7 @@ every result on disk. The baseline is the warm-up's own figure, measured in the 
 Each side did the work: the job's exit status, ``results.jsonl`` lines == the rollouts asked for, every line
 ``completed``/``submitted`` after 3 steps, and ``summary.json``'s count; a growth figure is printed only for a run
 that did. ``--tracemalloc`` runs the driver under ``tracemalloc`` (slower) and prints, under the table, the top
-allocation sites by line and the object types whose counts grew between the warm-up and the end.
+allocation sites by line and the object types whose counts grew between the warm-up and 90 % of the rollouts.
 """
 
 from __future__ import annotations
@@ -277,8 +277,9 @@ def main() -> int:
     with server_process(args.latency) as (url, server_pid):
         config, run_dir = write_job(scratch, rollouts, url, args.concurrency, not args.no_trajectories)
         cli = ["run", config, "--new-run"]
+        trace_end = max(warm + 1, rollouts * 9 // 10)  # before the end: the summary then reads results.jsonl
         argv = ([sys.executable, "-c", TRACE_DRIVER, os.path.join(run_dir, "results.jsonl"), str(warm),
-                 str(rollouts), trace_out, *cli] if args.tracemalloc else [sys.executable, "-m", "cluster", *cli])
+                 str(trace_end), trace_out, *cli] if args.tracemalloc else [sys.executable, "-m", "cluster", *cli])
         log_path = os.path.join(scratch, "job.log")
         print(f"{rollouts} rollouts, C={args.concurrency}, L={args.latency:g}s, S={STEPS}, null runtime; "
               f"job log {log_path}", flush=True)
