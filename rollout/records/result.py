@@ -6,7 +6,7 @@ from __future__ import annotations
 import traceback as _traceback
 from typing import Any, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field
 
 from rollout.errors import ExitReason, is_retryable
 from rollout.records.base import Record
@@ -77,7 +77,9 @@ FAILURE_CAUSES: dict[ExitReason, str] = {
 (submitted, natural completion, environment done) have none. Harbor's rule: the reward is a valid measurement
 when nothing failed or the agent exhausted its own budget."""
 DERIVED = ("failure_cause", "reward_valid")
-"""Keys every results.jsonl line carries beside the fields, derived from the exit reason (dropped on reading)."""
+"""Keys every results.jsonl line carries beside the fields, derived from the exit reason (dropped on reading):
+``rollout.store.files.StoredResult`` adds them. The record itself has none of these hooks, so it keeps
+pydantic-core's fast JSON path where results travel in bulk (a Python hook costs 2-3x there)."""
 
 
 class RolloutResult(Record):
@@ -115,20 +117,6 @@ class RolloutResult(Record):
     model_url: str | None = None
     """The API root (``.../v1``) the rollout's model calls went to: the model section's ``base_url``, or the URL the
     run set at run time (its Serve app's, its fake server's); None for a model in the worker's process."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_derived(cls, data: Any) -> Any:
-        if isinstance(data, dict) and any(key in data for key in DERIVED):
-            data = {k: v for k, v in data.items() if k not in DERIVED}
-        return data
-
-    @model_serializer(mode="wrap")
-    def _with_derived(self, handler: Any) -> dict[str, Any]:
-        out = handler(self)
-        out["failure_cause"] = self.failure_cause
-        out["reward_valid"] = self.reward_valid
-        return out
 
     @property
     def failure_cause(self) -> str | None:

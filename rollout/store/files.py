@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import ValidationError, model_serializer, model_validator
 
 from rollout.errors import ConfigError
 from rollout.records import RolloutResult
+from rollout.records.result import DERIVED
 
 
 class StoredResult(RolloutResult):
@@ -30,6 +31,22 @@ class StoredResult(RolloutResult):
     finished_at: float | None = None
     """When the line was written (seconds since the epoch): a finished run's live page charts its results over time
     from it. None in lines written before it was recorded."""
+
+    # Every line carries the keys derived from its exit reason (``DERIVED``: Harbor's failure cause, whether the
+    # reward is valid), for readers of the file; they are dropped on reading.
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_derived(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(key in data for key in DERIVED):
+            data = {k: v for k, v in data.items() if k not in DERIVED}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _with_derived(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        out["failure_cause"] = self.failure_cause
+        out["reward_valid"] = self.reward_valid
+        return out
 
 
 @dataclass

@@ -68,8 +68,11 @@ def test_results_round_trip_without_trajectory_in_the_line(tmp_path):
     assert line["trajectory_path"] == "trajectories/t1/0.a1.json" and line["num_steps"] == 3
     assert before <= line["finished_at"] <= time.time()  # when it was written (the live page charts by it)
 
+    assert (line["failure_cause"], line["reward_valid"]) == (None, True)  # derived, for readers of the file
+
     (back,) = RunStore(store.run_dir).load()
-    assert back.model_dump(exclude={"trajectory", "trajectory_path", "num_steps", "finished_at"}) == (
+    fields = back.model_dump(exclude={"trajectory", "trajectory_path", "num_steps", "finished_at"})
+    assert {k: v for k, v in fields.items() if k not in ("failure_cause", "reward_valid")} == (
         original.model_dump(exclude={"trajectory"}))
     assert back.num_steps == 3
     assert pickle.loads(pickle.dumps(back)) == back
