@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -94,40 +95,55 @@ async def in_process_ms(calls: int) -> tuple[float, Side]:
     return (time.perf_counter() - t0) / calls * 1000, Side("in process", calls, done)
 
 
-async def http_ms(name: str, url: str, calls: int, expect: Callable[[dict], bool]) -> tuple[float, Side]:
+@dataclass
+class Timed:
+    """One side of (a): every call's ms, and whether each came back right."""
+
+    side: Side
+    ms: list[float] = field(default_factory=list)
+
+    def add(self, ms: float, ok: bool, error: str) -> None:
+        self.ms.append(ms)
+        self.side.total += 1
+        self.side.done += ok
+        self.side.error = self.side.error or ("" if ok else error)
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.ms) if self.ms else 0.0
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.ms) if self.ms else 0.0
+
+
+async def http_ms(timed: Timed, url: str, calls: int, expect: Callable[[dict], bool]) -> None:
     """Sequential POSTs of the same chat body, each a new session (``x-session-id``), as the farm's client sends."""
-    done, error = 0, ""
     async with aiohttp.ClientSession() as http:
         for i in range(5):  # warm-up: connections, routers
             async with http.post(url, json=BODY, headers={"x-session-id": f"warm{i}"}) as reply:
                 await reply.read()
-        t0 = time.perf_counter()
         for i in range(calls):
-            async with http.post(url, json=BODY, headers={"x-session-id": f"s{i}", "x-rollout-id": f"s{i}"}) as reply:
+            sid = f"s{len(timed.ms)}"
+            t0 = time.perf_counter()
+            async with http.post(url, json=BODY, headers={"x-session-id": sid, "x-rollout-id": sid}) as reply:
                 raw = await reply.read()
-            if reply.status == 200 and expect(json.loads(raw)):
-                done += 1
-            elif not error:
-                error = f"HTTP {reply.status}: {raw[:200]!r}"
-        ms = (time.perf_counter() - t0) / calls * 1000
-    return ms, Side(name, calls, done, error)
+            ms = (time.perf_counter() - t0) * 1000
+            timed.add(ms, reply.status == 200 and expect(json.loads(raw)), f"HTTP {reply.status}: {raw[:200]!r}")
 
 
-async def handle_ms(name: str, handle: Any, calls: int, expect: Callable[[dict], bool]) -> tuple[float, Side]:
+async def handle_ms(timed: Timed, handle: Any, calls: int, expect: Callable[[dict], bool]) -> None:
     """The same calls through a ``DeploymentHandle`` (no HTTP proxy): the replica's ``post`` method, the session
     as the handle's ``session_id``."""
     payload = json.dumps(BODY).encode()
-    done, error = 0, ""
     for i in range(5):
         await handle.options(method_name="post", session_id=f"warm{i}").remote(CHAT, payload)
-    t0 = time.perf_counter()
     for i in range(calls):
-        status, _, raw = await handle.options(method_name="post", session_id=f"h{i}").remote(CHAT, payload, f"h{i}")
-        if status == 200 and expect(json.loads(raw)):
-            done += 1
-        elif not error:
-            error = f"status {status}: {raw[:200]!r}"
-    return (time.perf_counter() - t0) / calls * 1000, Side(name, calls, done, error)
+        sid = f"h{len(timed.ms)}"
+        t0 = time.perf_counter()
+        status, _, raw = await handle.options(method_name="post", session_id=sid).remote(CHAT, payload, sid)
+        ms = (time.perf_counter() - t0) * 1000
+        timed.add(ms, status == 200 and expect(json.loads(raw)), f"status {status}: {raw[:200]!r}")
 
 
 async def client_ms(name: str, model: Any, calls: int, in_flight: int = 1) -> tuple[float, Side]:
@@ -168,17 +184,19 @@ def clients(served: Any, calls: int) -> None:
         config = {"base_url": served.base_url, "model": "bench", "release_sessions": True}
         return OpenAIModel(**config), HandleModel(OpenAIModel(**config).config, "bench-overhead", DEPLOYMENT)
 
-    print(row("farm's client", "in flight", "HTTP proxy", "handle", "handle/proxy"))
+    print(row("farm's client", "in flight", "HTTP proxy", "handle", "handle/proxy"), " (wall ms per rollout: a call"
+          " and its release)")
     for in_flight in (1, 32):
         http, handle = models()
         x, xs = asyncio.run(client_ms("proxy", http, calls, in_flight))
         y, ys = asyncio.run(client_ms("handle", handle, calls, in_flight))
-        print(row("ms per call", in_flight, f"{x:.3f}" if xs.ok else "-", f"{y:.3f}" if ys.ok else "-",
+        print(row("ms per rollout", in_flight, f"{x:.3f}" if xs.ok else "-", f"{y:.3f}" if ys.ok else "-",
                   ratio(y, x, ys, xs)))
 
 
-def overhead(calls: int) -> None:
-    """(a): the scripted app and the plain deployment, through the proxy and through a handle, in one run."""
+def overhead(calls: int, rounds: int = 5) -> None:
+    """(a): the scripted app and the plain deployment, through the proxy and through a handle, in one run; the
+    sides take turns, ``rounds`` times (a busy neighbour slows every side alike), p50 and mean ms per call."""
     from ray import serve
 
     local, local_side = asyncio.run(in_process_ms(calls))
@@ -186,32 +204,36 @@ def overhead(calls: int) -> None:
     floors = {router: deploy_floor(f"bench-floor-{router}", f"/floor-{router}", router)
               for router in ("default", "sticky")}
     root = served.base_url[: -len("/overhead/v1")]  # the proxy's root
-    sides = {
-        "scripted": asyncio.run(http_ms("scripted on Serve", root + "/overhead" + CHAT, calls, is_chat)),
-        "floor": asyncio.run(http_ms("plain Serve", root + "/floor-default" + CHAT, calls, lambda p: p == {})),
-        "floor sticky": asyncio.run(http_ms("plain + sticky", root + "/floor-sticky" + CHAT, calls,
-                                            lambda p: p == {})),
-        "scripted handle": asyncio.run(handle_ms("scripted, handle", serve.get_app_handle("bench-overhead"),
-                                                 calls, is_chat)),
-        "floor handle": asyncio.run(handle_ms("plain, handle", floors["default"], calls, lambda p: p == {})),
-    }
-    print(row("path", "ms/call", "vs in process"))
-    print(row("in process", f"{local:.3f}", "1.00x" if local_side.ok else local_side.failure()))
-    for ms, side in sides.values():
-        print(row(side.name, f"{ms:.3f}" if side.ok else "-",
-                  f"+{ms - local:.2f} ms" if side.ok and local_side.ok else failed(side, local_side)))
+    scripted_handle = serve.get_app_handle("bench-overhead")
+    sides = {key: Timed(Side(name, 0, 0)) for key, name in (
+        ("scripted", "scripted on Serve"), ("floor", "plain Serve"), ("floor sticky", "plain + sticky"),
+        ("scripted handle", "scripted, handle"), ("floor handle", "plain, handle"))}
+    empty = lambda payload: payload == {}  # noqa: E731
+    for _ in range(rounds):
+        n = max(1, calls // rounds)
+        asyncio.run(http_ms(sides["scripted"], root + "/overhead" + CHAT, n, is_chat))
+        asyncio.run(http_ms(sides["floor"], root + "/floor-default" + CHAT, n, empty))
+        asyncio.run(http_ms(sides["floor sticky"], root + "/floor-sticky" + CHAT, n, empty))
+        asyncio.run(handle_ms(sides["scripted handle"], scripted_handle, n, is_chat))
+        asyncio.run(handle_ms(sides["floor handle"], floors["default"], n, empty))
+    print(row("path", "p50 ms/call", "mean ms/call", "p50 vs in proc"))
+    print(row("in process", f"{local:.3f}", f"{local:.3f}", "" if local_side.ok else local_side.failure()))
+    for timed in sides.values():
+        side = timed.side
+        print(row(side.name, f"{timed.p50:.3f}" if side.ok else "-", f"{timed.mean:.3f}" if side.ok else "-",
+                  f"+{timed.p50 - local:.2f} ms" if side.ok and local_side.ok else failed(side, local_side)))
+    for what, x, y in (("proxy", sides["scripted"], sides["floor"]),
+                       ("handle", sides["scripted handle"], sides["floor handle"])):
+        problem = failed(x.side, y.side)
+        print(f"{what}: scripted app {x.p50:.2f} ms/call; plain Serve deployment {y.p50:.2f} ms/call (p50); "
+              + (problem or f"beyond the floor: {x.p50 - y.p50:+.2f} ms (target <= 2 ms)"))
+    x, y = sides["scripted"], sides["scripted handle"]
+    print("scripted app, handle vs proxy (p50): "
+          + (failed(x.side, y.side) or f"{y.p50:.2f} vs {x.p50:.2f} ms/call ({ratio(y.p50, x.p50)})"))
     clients(served, calls)
     served.stop()
     for router in floors:
         serve.delete(f"bench-floor-{router}")
-    for what, (x, xs), (y, ys) in (("proxy", sides["scripted"], sides["floor"]),
-                                   ("handle", sides["scripted handle"], sides["floor handle"])):
-        problem = failed(xs, ys)
-        print(f"{what}: scripted app {x:.2f} ms/call; plain Serve deployment {y:.2f} ms/call; "
-              + (problem or f"beyond the floor: {x - y:+.2f} ms (target <= 2 ms)"))
-    x, xs = sides["scripted"]
-    y, ys = sides["scripted handle"]
-    print("scripted app, handle vs proxy: " + (failed(xs, ys) or f"{y:.2f} vs {x:.2f} ms/call ({x - y:+.2f} ms)"))
 
 
 # ---- (b) routers ----------------------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def test_a_missing_application_is_a_model_error_after_the_clients_retries(ray_cl
         asyncio.run(model.complete([{"role": "user", "content": "hi"}], meta=RequestMeta(rollout_id="r")))
 
 
-def test_the_composer_gives_the_handle_model_for_the_runs_own_scripted_app_only(scripted):
+def test_the_composer_gives_the_handle_model_for_the_runs_own_scripted_app_only(scripted, ray_cluster):
     from cluster.compose import Composer
     from cluster.run.config import RunConfig
     from cluster.serving.handle.model import HandleModel
@@ -118,3 +118,11 @@ def test_the_composer_gives_the_handle_model_for_the_runs_own_scripted_app_only(
     assert isinstance(built, HandleModel) and built.app == "test-handle" and built.config.release_sessions
     assert type(composer(handle_calls=False).build_model(scripted.base_url)) is OpenAIModel
     assert type(composer().build_model(None)) is OpenAIModel  # no URL yet: not the deployed app
+
+    def in_a_worker(composer, url):  # as a farm worker builds it, from the composer it is shipped
+        from cluster.workers.worker import ConfigSource
+
+        return type(ConfigSource(composer, url).build_model()).__name__
+
+    remote = ray_cluster.remote(in_a_worker)
+    assert ray_cluster.get(remote.remote(composer(), scripted.base_url)) == "HandleModel"
