@@ -123,8 +123,9 @@ class ScriptedApp(ServeApp):
         if not section.handle_calls or model.cls is not OpenAIModel or model.config.token_in:
             return None
         import ray
+        from ray.util.client import ray as ray_client
 
-        if not ray.is_initialized():
+        if not ray.is_initialized() or ray_client.is_connected():  # a Ray client (ray://) keeps the HTTP face
             return None
         from cluster.serving.handle.model import HandleModel
 
