@@ -84,6 +84,12 @@ class RolloutFarm(FarmControls):
         Empty for a farm built from objects."""
         return dict(self.source.composer.profiles) if isinstance(self.source, ConfigSource) else {}
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The farm's event loop (its private thread's): a server that answers with the farm's rollouts may run on
+        it and ``await agenerate(...)`` there, without a hop between loops per call (``cluster.gym.server``)."""
+        return self._loop_thread.start()
+
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         if self._closed:
             coro.close()
