@@ -4,9 +4,9 @@ A pydantic record pickles slowly (a 3-step result of the Mini-SWE agent with its
 to pickle and 170 µs to unpickle); JSON through pydantic-core takes about 100 µs and 150 µs, most of it the
 steps' token ids, and records write ``nan``/``inf`` as JSON's ``NaN``/``Infinity`` constants so they load back.
 That fast path holds only while ``RolloutResult`` has no Python validator or serializer (one made loading 2.3x
-slower): the keys a results.jsonl line derives are ``rollout.store.files.StoredResult``'s. A record holding something JSON cannot carry (an object
-in ``metadata``) goes as a pickle instead, so nothing is lost; JSON does turn tuples into lists, as
-``results.jsonl`` does.
+slower): the keys a results.jsonl line derives are ``rollout.store.files.StoredResult``'s. A record holding
+something JSON cannot carry (an object in ``metadata``) goes as a pickle instead, so nothing is lost; JSON does
+turn tuples into lists, as ``results.jsonl`` does.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ process so that it does not share a GIL with what is measured.
   semaphore of C over ``run_rollout`` with the same client, agent, environment and null runtime).
   Target: farm <= 1.2x the loop and <= 3 ms per step beyond it. The notes give the Ray call floor (a plain
   actor's method, round trip) beside the farm's driver-worker hop.
-- (b) peak throughput with real subprocesses (the ``local`` runtime), L = 0.5 s: the farm at its best window
+- (b) peak throughput with real subprocesses (the ``local`` runtime), L = 0.5 s: the farm at its best window and
+  worker count (one or two worker processes on the node, ``farm.workers_per_node``)
   vs mini-swe-agent's batch runner at its best thread count. mini-swe-agent is driven as its SWE-bench batch
   runner drives it (a ThreadPoolExecutor; per instance ``get_model``, ``get_environment``, ``DefaultAgent.run``)
   with its text-based model (``litellm_textbased``, config ``swebench_backticks.yaml``) whose ``action_regex``
@@ -83,7 +84,9 @@ class Sizes:
     a_latency: float = 1.0
     b_rollouts: int = 1000
     b_latency: float = 0.5
-    b_windows: tuple[int, ...] = (256, 512, 1024)
+    b_windows: tuple[tuple[int, int], ...] = ((1024, 2), (1024, 1), (512, 1), (256, 1))
+    """(window, worker processes on the node): each command is a process the worker spawns and reaps, so one
+    event loop is the limit; ``farm.workers_per_node: 2`` puts the second core to work."""
     b_threads: tuple[int, ...] = (256, 64, 16)
     c_rollouts: int = 30_000
     c_concurrency: int = 10_000
@@ -92,7 +95,8 @@ class Sizes:
     """1.1x the ideal (Little's law: 90 s)."""
 
 
-QUICK = Sizes(a_rollouts=128, a_concurrency=32, a_latency=0.2, b_rollouts=64, b_latency=0.2, b_windows=(32, 64),
+QUICK = Sizes(a_rollouts=128, a_concurrency=32, a_latency=0.2, b_rollouts=64, b_latency=0.2,
+              b_windows=((64, 2), (32, 1)),
               b_threads=(32, 8), c_rollouts=1200, c_concurrency=400, c_latency=1.0, c_target=9 * 1.1)
 
 
@@ -138,13 +142,18 @@ def pct(values: list[float], q: float) -> float:
 
 def timing_notes(results: list[Any], latency: float, received: dict[str, float] | None = None) -> list[str]:
     """Where a rollout's time went beyond its S model latencies: inside ``run_rollout`` (agent, client, runtime)
-    and, for the farm, the hop from the driver to the worker and back (``wall`` - ``total``: Ray's dispatch,
+    and, for the farm, the hop from the driver to the worker and back (``wall`` - ``total`` - ``queued``, the wait
+    on the worker for a slot of a rollout sent ahead, which the notes give apart: Ray's dispatch,
     argument and result serialisation, the waits for the worker's and the driver's event loops). With the
     driver's receipt times (``received``, wall clock) the hop splits into "in" (dispatch to the first model call)
     and "out" (end of the last step to the driver), from the steps' wall-clock ``started_at``."""
     inside = [1000 * (r.timings.get("total", 0.0) - STEPS * latency) for r in results]
     notes = [f"run_rollout beyond S*L p50/p95 {pct(inside, 0.5):.0f}/{pct(inside, 0.95):.0f} ms"]
-    hops = [1000 * (r.timings["wall"] - r.timings["total"]) for r in results if "wall" in r.timings]
+    queued = [1000 * r.timings["queued"] for r in results if "queued" in r.timings]
+    if queued:  # sent ahead of a free slot, it waited on its worker: not part of the hop
+        notes.append(f"waited on the worker for a slot p50/p95 {pct(queued, 0.5):.0f}/{pct(queued, 0.95):.0f} ms")
+    hops = [1000 * (r.timings["wall"] - r.timings["total"] - r.timings.get("queued", 0.0))
+            for r in results if "wall" in r.timings]
     if hops:
         notes.append(f"driver-worker hop p50/p95 {pct(hops, 0.5):.0f}/{pct(hops, 0.95):.0f} ms")
     if received:
@@ -153,7 +162,7 @@ def timing_notes(results: list[Any], latency: float, received: dict[str, float] 
             got, steps = received.get(r.rollout_id), r.trajectory.steps
             if got is None or not steps or "wall" not in r.timings:
                 continue
-            hop_in.append(1000 * (steps[0].started_at - (got - r.timings["wall"])))
+            hop_in.append(1000 * (steps[0].started_at - (got - r.timings["wall"]) - r.timings.get("queued", 0.0)))
             last = steps[-1]
             hop_out.append(1000 * (got - (last.started_at + last.model_seconds + last.env_seconds)))
         notes.append(f"of which in p50/p95 {pct(hop_in, 0.5):.0f}/{pct(hop_in, 0.95):.0f} ms, "
@@ -175,14 +184,15 @@ def load() -> str:
 # ---- the farm ---------------------------------------------------------------------------------------------
 
 
-def farm_config(url: str, runtime: dict, run_id: str, concurrency: int) -> dict:
+def farm_config(url: str, runtime: dict, run_id: str, concurrency: int, workers_per_node: int | None = None) -> dict:
+    farm = {"backend": "ray"} if workers_per_node is None else {"backend": "ray", "workers_per_node": workers_per_node}
     return {
         "run_id": run_id,
         "model": {"type": "openai", "base_url": url, "model": "scripted", "timeout": 600},
         "agent": {"type": "mini_swe", "max_steps": 10},
         "environment": {"type": "shell"},
         "runtime": runtime,
-        "farm": {"backend": "ray"},
+        "farm": farm,
         "run": {"concurrency": concurrency, "max_attempts": 1},
     }
 
@@ -226,11 +236,12 @@ class Profiler:
 
 
 def run_farm(url: str, server_pid: int, runtime: dict, run_id: str, rollouts: int, concurrency: int, latency: float,
-             profile: Profiler | None = None) -> tuple[Usage, list[str], dict]:
+             profile: Profiler | None = None, workers_per_node: int | None = None) -> tuple[Usage, list[str], dict]:
     """One measured ``farm.generate`` of ``rollouts`` fresh tasks after a warm-up call on the same farm."""
     from cluster import RolloutFarm
 
-    farm = RolloutFarm.from_config(farm_config(url, runtime, run_id, concurrency), concurrency=concurrency)
+    config = farm_config(url, runtime, run_id, concurrency, workers_per_node)
+    farm = RolloutFarm.from_config(config, concurrency=concurrency)
     try:
         farm.start()
         bad = failures(farm.generate(tasks(WARMUP, "warm")).results)
@@ -481,7 +492,7 @@ def part_b(sizes: Sizes, all_workers: bool, profile: bool, deadline: float) -> l
     (``time.monotonic``) allows, each system's next one estimated from its last."""
     n, latency = sizes.b_rollouts, sizes.b_latency
     runtime = {"type": "local", "allow_host_exec": True}  # the commands are the scripted policy's echo
-    windows = sorted(sizes.b_windows, reverse=True)  # the widest first: the likely best
+    windows = list(sizes.b_windows)  # the likely best first
     threads_todo = sorted(sizes.b_threads, reverse=True)
     farm_rows: list[Row] = []
     mini_rows: list[Row] = []
@@ -508,19 +519,21 @@ def part_b(sizes: Sizes, all_workers: bool, profile: bool, deadline: float) -> l
 
     with server_process(latency) as (url, server_pid):
 
-        def farm_window(window: int) -> None:
-            setting = f"{n} rollouts, window {window}, L={latency:g}s"
+        def farm_window(window: int, workers: int) -> None:
+            setting = f"{n} rollouts, window {window}, {workers} worker(s), L={latency:g}s"
+            order = window * 10 + workers
             if farm_rows and not fits(farm_rows, 20.0):
-                farm_rows.append(skipped("farm (ray), local runtime", setting, window))
+                farm_rows.append(skipped("farm (ray), local runtime", setting, order))
                 return
             before = load()
             ideal = -(-n // window) * STEPS * latency
             spy = Profiler(ideal / 2, 2 * ideal) if profile else None
-            usage, bad, info = run_farm(url, server_pid, runtime, f"bench-b{window}", n, window, latency, spy)
+            usage, bad, info = run_farm(url, server_pid, runtime, f"bench-b{window}-{workers}", n, window, latency, spy,
+                                        workers_per_node=workers)
             row = Row("b", "farm (ray), local runtime", setting, usage, f"{n / usage.wall:.1f} rollouts/s", "", "",
                       info["timings"] + [f"load {before}->{load()}"], value=n / usage.wall,
                       rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY), profile=info["profile"],
-                      order=window)
+                      order=order)
             row.notes += failed_note(bad)
             farm_rows.append(row)
 
@@ -545,7 +558,7 @@ def part_b(sizes: Sizes, all_workers: bool, profile: bool, deadline: float) -> l
 
         while windows or threads_todo:  # alternate, so a short budget still measures both systems
             if windows:
-                farm_window(windows.pop(0))
+                farm_window(*windows.pop(0))
             if threads_todo:
                 mini_threads(threads_todo.pop(0))
 
@@ -573,7 +586,7 @@ def part_b(sizes: Sizes, all_workers: bool, profile: bool, deadline: float) -> l
     best_farm.verdict = ("pass" if all(verdicts) else "MISS") if verdicts else "n/a"
     for row in measured_farm:
         if row is not best_farm:
-            row.target = "(not the best window)"
+            row.target = "(not the best setting)"
     return [floor] + sorted(farm_rows, key=lambda r: r.order) + sorted(mini_rows, key=lambda r: r.order)
 
 
