@@ -188,14 +188,16 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
         job.store.close_results()
     releasing = asyncio.ensure_future(assembly.release())  # the cluster down while the outputs are written
     wall = time.perf_counter() - t0
-    summary = summarize(job.store.latest_results(), k_values=_k_values(job.config.run.samples),
+    latest = job.store.latest_results()  # read once from results.jsonl: the summary's and the SWE outputs'
+    summary = summarize(latest, k_values=_k_values(job.config.run.samples),
                         wall_seconds=wall, ran=driver.ran if driver else 0,
                         startup=job.clock.split(driver.first_call if driver else None))
     summary["run_id"] = job.run_id
     summary["run_dir"] = str(job.run_dir)
     summary["nodes_lost"] = getattr(assembly.backend, "lost_nodes", list)()
     summary["transfers"] = getattr(assembly.backend, "transfers", None)
-    swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw))
+    swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw), latest)
+    del latest
     if swe is not None:
         summary["swe"] = {k: swe[k] for k in ("total_instances", "submitted_instances", "completed_instances",
                                               "resolved_instances", "unresolved_instances", "empty_patch_instances",

@@ -37,10 +37,14 @@ def model_name(config: dict[str, Any]) -> str:
     return str(model.get("model") or model.get("policy") or model.get("type") or "model").replace("/", "__")
 
 
-def write_swe_outputs(store: RunStore, run_id: str, model: str) -> dict[str, Any] | None:
-    """Write every SWE output of the run from its latest results; None when the run had no SWE task."""
-    latest = [r for r in store.latest_results() if r.status == "completed" and is_swe_result(r)]
-    failed = [r for r in store.latest_results() if r.status != "completed"]
+def write_swe_outputs(store: RunStore, run_id: str, model: str,
+                      results: list[RolloutResult] | None = None) -> dict[str, Any] | None:
+    """Write every SWE output of the run from its latest results (``results``, when the caller has them: a store
+    that does not keep its lines reads results.jsonl for them); None when the run had no SWE task."""
+    if results is None:
+        results = store.latest_results()
+    latest = [r for r in results if r.status == "completed" and is_swe_result(r)]
+    failed = [r for r in results if r.status != "completed"]
     if not latest:
         return None
     preds_by_sample: dict[int, dict[str, Any]] = {}

@@ -11,7 +11,8 @@ of the system measured). The run directory is the default one: ``results.jsonl``
 Every ``--interval`` seconds the bench reads, from /proc, the RSS of the driver (the ``rollout run`` process), of
 the Ray worker processes (``ray::*``: the rollout workers and any idle ones), of Ray's daemons and of the scripted
 server, and counts the lines of ``results.jsonl`` (the rollouts finished so far, as the driver streamed them).
-The table shows each group's RSS at the end of the warm-up (10 % of the rollouts, at most 10,000) and at 25, 50,
+The table shows each group's RSS at the end of the warm-up (10 % of the rollouts, at most 10,000; in a short run
+up to a quarter, at most 2,000: the workers take ~2,000 rollouts to settle) and at 25, 50,
 75 and 100 % (each the mean of the three samples around that point), the rate over each stretch, and the growth
 from the warm-up to the end. Target: growth <= 10 % for the driver and the workers (flat after the warm-up), with
 every result on disk. The baseline is the warm-up's own figure, measured in the same run.
@@ -263,13 +264,13 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=0.05, help="the scripted model's seconds per call")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between samples")
     parser.add_argument("--warmup", type=int, default=None, help="results before the baseline (default 10 %%, "
-                        "at most 10,000)")
+                        "at most 10,000; a quarter of a short run, at most 2,000)")
     parser.add_argument("--no-trajectories", action="store_true", help="output.trajectories: false")
     parser.add_argument("--tracemalloc", action="store_true", help="the driver under tracemalloc (slower)")
     parser.add_argument("--keep", action="store_true", help="keep the run directory (its path is printed)")
     args = parser.parse_args()
     rollouts = 5_000 if args.quick else args.rollouts
-    warm = args.warmup if args.warmup is not None else min(10_000, max(1, rollouts // 10))
+    warm = args.warmup if args.warmup is not None else min(10_000, max(rollouts // 10, min(2_000, rollouts // 4)))
     raise_open_file_limit()
     scratch = tempfile.mkdtemp(prefix="bench-memory-")
     trace_out = os.path.join(scratch, "tracemalloc.txt")
