@@ -29,7 +29,12 @@ the rollouts' own cost from Ray's and Serve's start-up. The table gives the medi
 machine's busy CPU-seconds meanwhile (every process: containers, the docker daemon, Ray's), the farm's
 start-up split, and the ratios to mini-swe-agent (target <= 1.0x for the Ray run); its last line is the Ray run's
 CPU floor, its CPU-seconds over the machine's cores: the least wall time any overlap of its parts could reach
-here. The bench exits 0 either way.
+here. A fourth side (unless ``--no-standing``) is the same command with ``--address`` on a standing cluster: a
+local Ray cluster started once in a process of its own (``_standing_cluster.py``, untimed, stopped at the end) and a
+first run on it (untimed: it deploys the model's Serve application, which a run on a cluster it joined leaves up),
+then one timed run per round, which reuses that application (its log says so; the table counts it). The standing
+cluster idles beside the other sides' runs. A side that did not resolve every instance gets no ratio; the
+line under the table says why. The bench exits 0 either way.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _sides import Side, failed, one_line, ratio  # noqa: E402
+from _standing_cluster import StandingCluster  # noqa: E402
 
 from envs.images.base_image import ensure_image
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for
@@ -133,18 +139,24 @@ ONE_PROCESS = ["farm.backend=local"]
 played by the run's in-process scripted server instead of a Ray Serve application (no Ray cluster starts)."""
 
 
-def farm_round(tmp: Path, n: int, label: str, one_process: bool = False) -> dict:
+def farm_round(tmp: Path, n: int, label: str, one_process: bool = False, cluster: StandingCluster | None = None
+               ) -> dict:
     home = tmp / "farm"
-    run_id = f"bench-small-{'one-' if one_process else ''}{label}"
+    kind = "one-" if one_process else "standing-" if cluster else ""
+    run_id = f"bench-small-{kind}{label}"
     argv = [sys.executable, "-m", "cluster", "run", "configs/swe_demo.yaml", f"dataset.slice=0:{n}",
-            "run.concurrency=2", f"run_id={run_id}", "--new-run", *(ONE_PROCESS if one_process else [])]
-    wall, code, cpu = timed(argv, clean_env(ROLLOUT_HOME=str(home)), tmp / f"{run_id}.log")
+            "run.concurrency=2", f"run_id={run_id}", "--new-run", *(ONE_PROCESS if one_process else []),
+            *(["--address", cluster.address] if cluster else [])]
+    env = clean_env(ROLLOUT_HOME=str(home), **({"RAY_AUTH_MODE": "token"} if cluster else {}))
+    wall, code, cpu = timed(argv, env, tmp / f"{run_id}.log")
     log = tmp / f"{run_id}.log"
     summary_path = home / run_id / "summary.json"
     summary = json.loads(summary_path.read_text()) if code == 0 and summary_path.exists() else {}
     resolved = (summary.get("swe") or {}).get("resolved_instances") or 0
+    text = log.read_text(errors="replace") if log.exists() else ""
     return {"wall": wall, "cpu": cpu, "ok": code == 0 and resolved == n, "resolved": resolved,
-            "error": farm_error(code, home / run_id, log), "startup": summary.get("startup"), "log": log}
+            "error": farm_error(code, home / run_id, log), "startup": summary.get("startup"), "log": log,
+            "reused": "options and policy: reused" in text}
 
 
 def farm_error(code: int, run_dir: Path, log: Path) -> str:
@@ -227,33 +239,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", type=int, default=10, help="the first N rows of the mini benchmark")
     parser.add_argument("--no-warmup", action="store_true", help="no untimed round of each side first")
     parser.add_argument("--mini-python", default=None, help="an interpreter that has mini-swe-agent")
+    parser.add_argument("--no-standing", action="store_true", help="no runs on a standing cluster (--address)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-small-run-") as name:
         tmp = Path(name)
         dataset, data = setup(tmp, args.instances)
         python = mini_python(args.mini_python, tmp)
-        walls: dict[str, list[dict]] = {"farm": [], "one": [], "mini": []}
-        for index in range(0 if args.no_warmup else -1, args.rounds):
-            label = "warmup" if index < 0 else str(index)
-            sides = [("farm", lambda: farm_round(tmp, args.instances, label)),
-                     ("mini", lambda: mini_round(tmp, python, data, dataset, args.instances, label)),
-                     ("one", lambda: farm_round(tmp, args.instances, label, one_process=True))]
-            shift = index % len(sides)
-            for side, run in sides[shift:] + sides[:shift]:  # rotate which side goes first
-                result = run()
-                result["side"] = Side(NAMES[side], args.instances, result["resolved"], result["error"])
-                if not result["ok"]:
-                    print(f"{side} round {label}: {result['side'].failure()}; its log's end:\n"
-                          + result["log"].read_text(errors="replace")[-3000:], flush=True)
-                if index >= 0:
-                    walls[side].append(result)
-            print(f"round {label}: farm {walls['farm'][-1]['wall']:.1f}s, one process {walls['one'][-1]['wall']:.1f}s, "
-                  f"mini-swe-agent {walls['mini'][-1]['wall']:.1f}s" if index >= 0 else "warm-up done", flush=True)
-        print_table(walls["farm"], walls["mini"], walls["one"], args)
+        walls: dict[str, list[dict]] = {"farm": [], "one": [], "mini": [], "standing": []}
+        cluster = None if args.no_standing else StandingCluster(num_cpus=os.cpu_count() or 2).start()  # untimed
+        try:
+            if cluster is not None:  # its first run deploys the model's app (untimed): the rounds' runs are later
+                first = farm_round(tmp, args.instances, "first", cluster=cluster)
+                print(f"standing cluster at {cluster.address}: first run {first['wall']:.1f}s"
+                      + ("" if first["ok"] else f" FAILED: {first['error']}"), flush=True)
+            run_rounds(tmp, args, python, data, dataset, cluster, walls)
+        finally:
+            if cluster is not None:
+                cluster.stop()
+        print_table(walls, args)
     return 0
 
 
-NAMES = {"farm": "farm (Ray, Serve)", "one": "farm (one process)", "mini": f"mini-swe-agent {MINI_VERSION}"}
+def run_rounds(tmp: Path, args: argparse.Namespace, python: str, data: Path, dataset: Path,
+               cluster: StandingCluster | None, walls: dict[str, list[dict]]) -> None:
+    for index in range(0 if args.no_warmup else -1, args.rounds):
+        label = "warmup" if index < 0 else str(index)
+        sides = [("farm", lambda: farm_round(tmp, args.instances, label)),
+                 ("mini", lambda: mini_round(tmp, python, data, dataset, args.instances, label)),
+                 ("one", lambda: farm_round(tmp, args.instances, label, one_process=True))]
+        if cluster is not None:
+            sides.append(("standing", lambda: farm_round(tmp, args.instances, label, cluster=cluster)))
+        shift = index % len(sides)
+        for side, run in sides[shift:] + sides[:shift]:  # rotate which side goes first
+            result = run()
+            result["side"] = Side(NAMES[side], args.instances, result["resolved"], result["error"])
+            if not result["ok"]:
+                print(f"{side} round {label}: {result['side'].failure()}; its log's end:\n"
+                      + result["log"].read_text(errors="replace")[-3000:], flush=True)
+            if index >= 0:
+                walls[side].append(result)
+        print(f"round {label}: " + ", ".join(f"{NAMES[k]} {v[-1]['wall']:.1f}s" for k, v in walls.items() if v)
+              if index >= 0 else "warm-up done", flush=True)
+
+
+NAMES = {"farm": "farm (Ray, Serve)", "one": "farm (one process)", "mini": f"mini-swe-agent {MINI_VERSION}",
+         "standing": "farm (standing cluster)"}
 
 
 def side_of(name: str, rounds: list[dict]) -> Side:
@@ -264,13 +294,14 @@ def side_of(name: str, rounds: list[dict]) -> Side:
     return Side(NAMES[name], total, done, error)
 
 
-def print_table(farm: list[dict], mini: list[dict], one: list[dict], args: argparse.Namespace) -> None:
+def print_table(walls: dict[str, list[dict]], args: argparse.Namespace) -> None:
+    farm, mini, one, standing = walls["farm"], walls["mini"], walls["one"], walls["standing"]
     med = lambda rs, key="wall": statistics.median(r[key] for r in rs)  # noqa: E731
     f_wall, m_wall, o_wall = med(farm), med(mini), med(one)
     best = min(farm, key=lambda r: abs(r["wall"] - f_wall))
     split = best["startup"] or {}
     parts = ", ".join(f"{k} {v:.1f}" for k, v in (split.get("parts") or {}).items())
-    sides = {name: side_of(name, rs) for name, rs in (("farm", farm), ("mini", mini), ("one", one))}
+    sides = {name: side_of(name, rs) for name, rs in walls.items() if rs}
     rounds = lambda rs: " ".join(f"{r['wall']:.1f}" for r in rs)  # noqa: E731
     print(f"\n{args.instances} SWE instances (bundled mini benchmark), gold policy, concurrency 2; "
           f"{args.rounds} round(s), medians; wall = process start to exit; CPU = the machine's busy CPU-seconds")
@@ -282,18 +313,28 @@ def print_table(farm: list[dict], mini: list[dict], one: list[dict], args: argpa
     o_split = min(one, key=lambda r: abs(r["wall"] - o_wall))["startup"] or {}
     print(f"{'farm: one process (no Ray)':<34} {o_wall:7.1f} {med(one, 'cpu'):6.1f}   {rounds(one):<18} "
           f"the same command + {' '.join(ONE_PROCESS)}; {o_split.get('seconds', float('nan')):.1f}s to the first call")
+    if standing:
+        s_wall = med(standing)
+        s_split = min(standing, key=lambda r: abs(r["wall"] - s_wall))["startup"] or {}
+        reused = sum(1 for r in standing if r["reused"])
+        print(f"{'farm: --address, standing cluster':<34} {s_wall:7.1f} {med(standing, 'cpu'):6.1f}   "
+              f"{rounds(standing):<18} a later run on a running cluster (started once, untimed); model app reused in "
+              f"{reused}/{len(standing)} runs; {s_split.get('seconds', float('nan')):.1f}s to the first call "
+              f"({', '.join(f'{k} {v:.1f}' for k, v in (s_split.get('parts') or {}).items())})")
     print(f"{'mini-swe-agent ' + MINI_VERSION + ' + rollout eval':<34} {m_wall:7.1f} {med(mini, 'cpu'):6.1f}   "
           f"{rounds(mini):<18} batch runner {med(mini, 'agent'):.1f} + grading {med(mini, 'grading'):.1f}")
-    for name, label, rs, wall, note in (("farm", "farm", farm, f_wall, f"target <= {TARGET}x"),
-                                        ("one", "one process", one, o_wall, "the gap above is Ray's and Serve's "
-                                                                             "start-up")):
+    ratios = [("farm", "farm", farm, f_wall, f"target <= {TARGET}x (a cluster started for the run)"),
+              ("one", "one process", one, o_wall, "the gap above is Ray's and Serve's start-up")]
+    if standing:
+        ratios.insert(1, ("standing", "standing cluster", standing, med(standing), f"target <= {TARGET}x"))
+    for name, label, rs, wall, note in ratios:
         print_ratio(f"ratio {label} / mini-swe-agent", wall, m_wall, rs, mini, note, sides[name], sides["mini"])
     for name, side in sides.items():
         if not side.ok:
             print(f"{NAMES[name]} did not do the work: {side.failure()}")
     cores = os.cpu_count() or 1
     floor = med(farm, "cpu") / cores
-    if failed(sides["farm"], sides["mini"], sides["one"]):
+    if failed(*sides.values()):
         return
     print(f"CPU floor of the Ray run on {cores} cores: {med(farm, 'cpu'):.1f} CPU-s / {cores} = {floor:.1f}s even with "
           f"every part overlapped ({floor / m_wall:.2f}x mini-swe-agent's wall); Ray and Serve cost "
