@@ -216,10 +216,13 @@ def table(samples: list[Sample], rollouts: int, warm: int, on_disk: int,
             lines.append(f"{label:<9} {'(not reached)':>8}")
             continue
         s, rss = points[label] = found
-        rate = (s.done - last.done) / (s.t - last.t) if last is not None and s.t > last.t else s.done / s.t
+        if last is None:
+            rate = f"{s.done / s.t:7.1f}"
+        else:  # "-": the same sample as the row above (points closer than one interval)
+            rate = f"{(s.done - last.done) / (s.t - last.t):7.1f}" if s.t > last.t else f"{'-':>7}"
         last = s
         mbs = "".join(f" {rss[g] / MB:>18.0f}" for g in GROUPS)
-        lines.append(f"{label:<9} {s.done:>8} {s.t:>7.0f} {rate:>7.1f}{mbs}")
+        lines.append(f"{label:<9} {s.done:>8} {s.t:>7.0f} {rate}{mbs}")
     ok = not problems and "warm-up" in points and "100 %" in points
     if not ok:
         lines.append("no growth figures: " + ("; ".join(problems) or "the run did not reach its warm-up and its end"))
@@ -262,7 +265,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="5,000 rollouts (a smoke run)")
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--latency", type=float, default=0.05, help="the scripted model's seconds per call")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between samples")
+    parser.add_argument("--interval", type=float, default=None, help="seconds between samples (default 2; 1 with "
+                        "--quick)")
     parser.add_argument("--warmup", type=int, default=None, help="results before the baseline (default 10 %%, "
                         "at most 10,000; a quarter of a short run, at most 2,000)")
     parser.add_argument("--no-trajectories", action="store_true", help="output.trajectories: false")
@@ -270,6 +274,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the run directory (its path is printed)")
     args = parser.parse_args()
     rollouts = 5_000 if args.quick else args.rollouts
+    interval = args.interval or (1.0 if args.quick else 2.0)
     warm = args.warmup if args.warmup is not None else min(10_000, max(rollouts // 10, min(2_000, rollouts // 4)))
     raise_open_file_limit()
     scratch = tempfile.mkdtemp(prefix="bench-memory-")
@@ -287,7 +292,7 @@ def main() -> int:
         with open(log_path, "w") as log:
             job = subprocess.Popen(argv, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
                                    env={**os.environ, "ROLLOUT_HOME": scratch})
-            watch = Watch(job.pid, server_pid, os.path.join(run_dir, "results.jsonl"), args.interval)
+            watch = Watch(job.pid, server_pid, os.path.join(run_dir, "results.jsonl"), interval)
             try:
                 returncode = job.wait()
             except KeyboardInterrupt:
