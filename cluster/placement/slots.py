@@ -74,6 +74,12 @@ class Node:
     strikes: int = 0
     images: set[str] = field(default_factory=set)
     """The images the node holds, as far as the driver knows (``cluster.placement.locality``)."""
+    seconds: float | None = None
+    """A running mean of the seconds its attempts took (their ``total``), None before the first."""
+
+    def note_seconds(self, seconds: float | None) -> None:
+        if seconds is not None:
+            self.seconds = seconds if self.seconds is None else 0.9 * self.seconds + 0.1 * seconds
 
     @property
     def free(self) -> int:
@@ -107,12 +113,20 @@ def running(nodes: Iterable[Node]) -> int:
     return sum(min(n.used, n.capacity) for n in nodes if n.alive)
 
 
+AHEAD_MAX_SECONDS = 60.0
+"""Rollouts are sent ahead only to a worker whose attempts take less than this on average. Sent ahead, a rollout
+saves the round trip to the driver when a slot frees (milliseconds; a second or two at 10,000 in flight) but is
+bound to its worker: at a batch's end it may wait there for a slot while another node idles, up to one
+attempt's time. For rollouts of minutes the saving is nothing and that wait is not."""
+
+
 def queue_on(nodes: Iterable[Node], image: str | None, avoid: str | None) -> Node | None:
     """A full worker to send a rollout ahead to (it starts there when a slot frees), each holding up to one per
-    slot: the one with the shortest wait, holding the rollout's image, not ``avoid`` while another will do; None
-    to wait."""
+    slot: the one with the shortest wait, holding the rollout's image, whose attempts are short
+    (``AHEAD_MAX_SECONDS``), not ``avoid`` while another will do; None to wait."""
     full = [n for n in nodes if n.alive and n.actor is not None and n.sick is None
-            and n.capacity <= n.used < 2 * n.capacity and (image is None or image in n.images)]
+            and n.capacity <= n.used < 2 * n.capacity and (image is None or image in n.images)
+            and n.seconds is not None and n.seconds < AHEAD_MAX_SECONDS]
     if avoid is not None and any(n.node_id != avoid for n in full):
         full = [n for n in full if n.node_id != avoid]
     return min(full, key=lambda n: n.used / n.capacity, default=None)

@@ -173,6 +173,7 @@ class RayBackend(NodeMembership, Backend):
         if result.node_id is None:
             result.node_id, result.worker = node.node_id, node.worker
         self.health.note(node, result)
+        node.note_seconds(result.timings.get("total"))
         node.ran += 1
         self.metrics.inc("attempts", status=result.status, exit_reason=result.exit_reason.value)
         return result

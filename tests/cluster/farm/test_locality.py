@@ -54,3 +54,22 @@ def test_a_rollout_whose_image_is_on_a_busy_node_lets_a_new_image_go_first():
     assert locality.choose([busy, free], "img:2") is free  # img:2 must be fetched somewhere anyway
     locality.wanting["img:2"] -= 1
     assert locality.choose([busy, free], "img:1") is free  # nobody else waits: the node is not left idle
+
+
+def test_a_rollout_is_sent_ahead_only_to_a_full_worker_with_short_attempts_and_room_to_wait():
+    from cluster.placement.slots import AHEAD_MAX_SECONDS, queue_on, running
+
+    short, long_, free = node("short", capacity=4, used=4), node("long", capacity=4, used=4), node("free", 4, used=1)
+    assert queue_on([short, long_, free], None, None) is None, "no attempt has ended: nobody knows how long they take"
+    short.note_seconds(3.0)
+    long_.note_seconds(AHEAD_MAX_SECONDS * 5)
+    free.note_seconds(1.0)
+    assert queue_on([short, long_, free], None, None) is short, "not to a free worker, nor one of long attempts"
+    short.used = 8
+    assert queue_on([short, long_, free], None, None) is None, "at most one waiting per slot"
+    short.used, other = 6, node("other", capacity=4, used=5)
+    other.note_seconds(3.0)
+    assert queue_on([short, other], None, None) is other, "the shortest wait"
+    assert queue_on([short, other], None, "other") is short, "not where its last attempt failed, while another will do"
+    assert queue_on([short, other], "img:1", None) is None, "only where its image is"
+    assert running([short, other, free]) == 4 + 4 + 1, "what waits on a worker is not running"
