@@ -85,10 +85,11 @@ class RolloutFarm(FarmControls):
         return dict(self.source.composer.profiles) if isinstance(self.source, ConfigSource) else {}
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """The farm's event loop (its private thread's): a server that answers with the farm's rollouts may run on
-        it and ``await agenerate(...)`` there, without a hop between loops per call (``cluster.gym.server``)."""
-        return self._loop_thread.start()
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The farm's event loop (its private thread's; None before ``start`` and after ``close``): a server that
+        answers with the farm's rollouts may run on it and ``await agenerate(...)`` there, without a hop between
+        loops per call (``cluster.gym.server``)."""
+        return self._loop_thread.loop
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         if self._closed:

@@ -191,6 +191,8 @@ class FarmLoopServer:
         import asyncio
         import time
 
+        if self.farm.loop is None:
+            raise RuntimeError("the farm is not started (or is closed): its loop cannot serve the agent server")
         self._done = asyncio.run_coroutine_threadsafe(self._server.serve(sockets=[self._sock]), self.farm.loop)
         deadline = time.monotonic() + timeout
         while not self._server.started:
