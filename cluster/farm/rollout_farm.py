@@ -84,13 +84,6 @@ class RolloutFarm(FarmControls):
         Empty for a farm built from objects."""
         return dict(self.source.composer.profiles) if isinstance(self.source, ConfigSource) else {}
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        """The farm's event loop (its private thread's; None before ``start`` and after ``close``): a server that
-        answers with the farm's rollouts may run on it and ``await agenerate(...)`` there, without a hop between
-        loops per call (``cluster.gym.server``)."""
-        return self._loop_thread.loop
-
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         if self._closed:
             coro.close()

@@ -77,10 +77,8 @@ class EpisodeRunner:
         return self.responses_api.get(task.data.get("profile"), self.responses_api.get(None, True))
 
     async def run(self, task: Task) -> RolloutResult:
-        if asyncio.get_running_loop() is getattr(self.farm, "loop", None):  # served on the farm's loop: no hop
-            batch = await self.farm.agenerate([task], 1, deadline=self.settings.episode_timeout)
-        else:
-            batch = await asyncio.wrap_future(self.farm.submit([task], 1, deadline=self.settings.episode_timeout))
+        future = self.farm.submit([task], 1, deadline=self.settings.episode_timeout)
+        batch = await asyncio.wrap_future(future)
         results = [r for group in [*batch.groups, *batch.dropped] for r in group.results]
         if not results:
             raise RuntimeError(f"the farm returned no result for {task.task_id}")

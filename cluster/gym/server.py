@@ -142,8 +142,10 @@ def serve_main(argv: list[str]) -> int:
         serve.delete("rollout-gym")
         assembly.stop_model()
         return 0
+    from envs.resources.serving import BackgroundServer
+
     farm, app = build(raw)
-    server = agent_server(app, farm, settings.host, settings.port).start()
+    server = BackgroundServer(app, settings.host, settings.port).start()
     print(server.url, flush=True)
     try:
         _wait(stop)
@@ -151,72 +153,6 @@ def serve_main(argv: list[str]) -> int:
         server.stop()
         farm.close()
     return 0
-
-
-def agent_server(app: Any, farm: Any, host: str = "127.0.0.1", port: int = 0) -> Any:
-    """The in-process agent server (not started): on the farm's own loop with the local backend, whose rollouts run
-    on that loop (one loop: 0.97x the rate of direct ``generate`` calls at 200 concurrent, 0.89x from a thread of
-    its own); on a thread of its own with Ray's, where that loop only hands rollouts to the workers (0.88x from its
-    own thread, 0.80x on the farm's loop: ``tests/perf/bench_gym.py --thread``)."""
-    if getattr(farm, "backend_kind", None) == "local":
-        return FarmLoopServer(app, farm, host, port)
-    from envs.resources.serving import BackgroundServer
-
-    return BackgroundServer(app, host, port)
-
-
-class FarmLoopServer:
-    """The agent server's uvicorn on the farm's own event loop (``farm.loop``), where each episode's rollout runs:
-    one loop, so no second thread contends with the rollouts for the interpreter and an episode is awaited in place,
-    not handed from loop to loop. ``url`` once it listens; ``stop()`` (idempotent) ends it."""
-
-    def __init__(self, app: Any, farm: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
-        import socket
-
-        import uvicorn
-
-        self.host, self.farm, self._done = host, farm, None
-        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self.port = self._sock.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_keep_alive=30,
-                                                     limit_concurrency=None, backlog=2048))
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> "FarmLoopServer":
-        import asyncio
-        import time
-
-        if self.farm.loop is None:
-            raise RuntimeError("the farm is not started (or is closed): its loop cannot serve the agent server")
-        self._done = asyncio.run_coroutine_threadsafe(self._server.serve(sockets=[self._sock]), self.farm.loop)
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if self._done.done() or time.monotonic() > deadline:
-                self._done.result(timeout=0)  # its error, if it raised one
-                raise RuntimeError(f"the agent server on {self.url} did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        if self._done is not None:
-            try:
-                self._done.result(timeout=10)
-            except Exception:  # noqa: BLE001 - a server that ended badly is stopped all the same
-                pass
-            self._done = None
-        self._sock.close()
-
-    def __enter__(self) -> "FarmLoopServer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def _wait(stop: threading.Event) -> None:

@@ -9,10 +9,10 @@ import httpx
 
 from agents.tool_agent import ToolCallingAgent, ToolCallingAgentConfig
 from cluster.farm.rollout_farm import RolloutFarm
-from cluster.gym import server as gym_server
 from cluster.gym.agent_app import EpisodeRunner, build_app
 from cluster.gym.config import GymSection
 from envs.resources.calc_server import calc_rows
+from envs.resources.serving import serve_in_thread
 
 MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retries": 1, "backoff": 0.0}
 
@@ -49,7 +49,7 @@ def agent_server(resources_url: str, *, gym: dict | None = None, concurrency: in
                                    concurrency=concurrency).start()
     try:
         runner = EpisodeRunner(farm, GymSection(**(gym or {})))
-        with gym_server.agent_server(build_app(runner), farm) as server:  # as ``rollout gym serve`` runs it
+        with serve_in_thread(build_app(runner)) as server:
             with httpx.Client(base_url=server.url, timeout=60) as client:
                 yield client
     finally:

@@ -8,9 +8,8 @@ scripted server over 127.0.0.1, both in this process's threads).
 Per backend, three sides in one run:
 
 - direct: ``RolloutFarm.generate`` of the N rows at once (the baseline: the farm without the agent server);
-- ``POST /run``: the agent server (``cluster.gym.agent_app``) as ``rollout gym serve`` runs it in process
-  (``cluster.gym.server.agent_server``: on the farm's event loop with the local backend, on a thread of its own
-  with Ray's) answering N concurrent requests from a client in a process of its own (aiohttp, one connection per
+- ``POST /run``: the agent server (``cluster.gym.agent_app``) on a thread of its own, as ``rollout gym serve``
+  runs it in process answering N concurrent requests from a client in a process of its own (aiohttp, one connection per
   request), so the client's CPU is not the server's;
 - the HTTP floor: the same client against a plain FastAPI ``/run`` on the same kind of server answering a stored
   reply of the same size (no farm): what HTTP costs here before any of our code runs.
@@ -94,19 +93,18 @@ def floor_app(reply: dict):
     return app
 
 
-def measure(backend: str, n: int, rounds: int, thread: bool, profile: bool) -> dict:
+def measure(backend: str, n: int, rounds: int, profile: bool) -> dict:
     from cluster.farm.rollout_farm import RolloutFarm
     from cluster.gym.agent_app import EpisodeRunner, build_app
     from cluster.gym.config import GymSection
     from cluster.gym.rows import legacy_task, verify_reply
-    from cluster.gym.server import agent_server
     from envs.resources.calc_server import calc_rows, create_app
     from envs.resources.serving import serve_in_thread
 
     rows = calc_rows(n, seed=11)
-    walls: dict[str, list[float]] = {"direct": [], "served": [], "thread": []}
-    sides: dict[str, list[Side]] = {"direct": [], "served": [], "thread": []}
-    rewards: dict[str, list[float]] = {"direct": [], "served": [], "thread": []}
+    walls: dict[str, list[float]] = {"direct": [], "served": []}
+    sides: dict[str, list[Side]] = {"direct": [], "served": []}
+    rewards: dict[str, list[float]] = {"direct": [], "served": []}
     profile_lines: list[str] = []
     with serve_in_thread(create_app()) as calc:
         config = {"model": {"type": "openai", "return_token_ids": True, "logprobs": True},
@@ -118,8 +116,7 @@ def measure(backend: str, n: int, rounds: int, thread: bool, profile: bool) -> d
             warm = legacy_task(rows[0], "warm")
             sample = farm.generate([warm]).groups[0].results[0]  # connections, imports; its reply is the floor's
             runner = EpisodeRunner(farm, GymSection(max_concurrent_episodes=n))
-            with agent_server(build_app(runner), farm) as agent, \
-                    serve_in_thread(build_app(runner)) as on_thread:  # the agent server on its own thread
+            with serve_in_thread(build_app(runner)) as agent:  # as ``rollout gym serve`` runs it in process
                 for index in range(rounds):  # alternating, medians: the machine is shared
                     tasks = [legacy_task(r, f"direct-{index}-{i}") for i, r in enumerate(rows)]
                     t0 = time.perf_counter()
@@ -132,13 +129,11 @@ def measure(backend: str, n: int, rounds: int, thread: bool, profile: bool) -> d
                                                 f"{bad.error.message if bad.error else ''}" if bad else ""))
                     rewards["direct"] += [r.reward for r in done]
                     spy = start_profile(profile and index == rounds - 1)
-                    for key, server in (("served", agent), *((("thread", on_thread),) if thread else ())):
-                        wall, side, got = post_all(server.url, rows)
-                        walls[key].append(wall)
-                        sides[key].append(side)
-                        rewards[key] += got
-                        if key == "served":
-                            profile_lines = stop_profile(spy) or profile_lines
+                    wall, side, got = post_all(agent.url, rows)
+                    walls["served"].append(wall)
+                    sides["served"].append(side)
+                    rewards["served"] += got
+                    profile_lines = stop_profile(spy) or profile_lines
         finally:
             farm.close()
     with serve_in_thread(floor_app(verify_reply(sample, warm.gym.row))) as plain:
@@ -146,11 +141,10 @@ def measure(backend: str, n: int, rounds: int, thread: bool, profile: bool) -> d
     floor_side.name = "HTTP floor"
     merged = {key: Side(name, sum(x.total for x in sides[key]), sum(x.done for x in sides[key]),
                         next((x.error or x.failure() for x in sides[key] if not x.ok), ""))
-              for key, name in (("direct", "direct"), ("served", "POST /run"), ("thread", "POST /run (thread)"))}
+              for key, name in (("direct", "direct"), ("served", "POST /run"))}
     med = {key: statistics.median(v) if v else float("nan") for key, v in walls.items()}
     return {"backend": backend, "n": n, "rounds": walls, "direct": med["direct"], "served": med["served"],
-            "thread": med["thread"], "floor": floor, "sides": (merged["direct"], merged["served"], floor_side),
-            "thread_side": merged["thread"] if thread else None,
+            "floor": floor, "sides": (merged["direct"], merged["served"], floor_side),
             "rewards": (rewards["direct"], rewards["served"]), "profile": profile_lines}
 
 
@@ -198,10 +192,6 @@ def report(rows: list[dict]) -> int:
         rounds = r["rounds"]
         print(f"{'':<8}rounds: direct {' '.join(f'{w:.2f}' for w in rounds['direct'])}, /run "
               f"{' '.join(f'{w:.2f}' for w in rounds['served'])}")
-        if r["thread_side"] is not None:
-            print(f"{'':<8}the agent server on a thread of its own: "
-                  f"{' '.join(f'{w:.2f}' for w in rounds['thread'])}; rate "
-                  f"{ratio(r['direct'], r['thread'], direct_side, r['thread_side'])} of direct")
         means = [sum(x) / len(x) if x else float("nan") for x in r["rewards"]]
         print(f"{'':<8}rollouts/s direct {n / r['direct']:.1f}, /run {n / r['served']:.1f}; mean reward direct "
               f"{means[0]:.2f}, /run {means[1]:.2f}; HTTP floor {r['floor'] / n * 1000:.1f} ms/req "
@@ -216,11 +206,9 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--backend", nargs="+", default=["local", "ray"], choices=["local", "ray"])
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of direct and /run (medians)")
-    parser.add_argument("--thread", action="store_true", help="also /run with the agent server on a thread of its "
-                        "own, whatever the backend (how rollout gym serve ran it with both before)")
     parser.add_argument("--profile", action="store_true", help="py-spy this process during the last /run side")
     args = parser.parse_args()
-    rows = [measure(backend, args.n, args.rounds, args.thread, args.profile) for backend in args.backend]
+    rows = [measure(backend, args.n, args.rounds, args.profile) for backend in args.backend]
     return report(rows)
 
 
