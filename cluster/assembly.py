@@ -50,16 +50,9 @@ class FarmAssembly:
         from cluster.serving.scripted_server.for_runs import joins_cluster
 
         farm = config.farm
-        assembly = cls(config.serve, model=config.model, address=farm.address, num_cpus=farm.num_cpus,
-                       dashboard=farm.dashboard, backend=farm.backend, dataset=dataset,
-                       fake_server=config.fake_server, remote=joins_cluster(farm), out=out)
-        assembly.keep_on_joined = True
-        return assembly
-
-    keep_on_joined = False
-    """A run's assembly: on a cluster it joined (one that outlives the run), the model's application stays up for
-    the next run unless ``serve.keep`` says otherwise; that run reuses it when its fingerprint (kind, model, options,
-    policy) matches and redeploys it when not (``cluster.serving.apps.standing_app``)."""
+        return cls(config.serve, model=config.model, address=farm.address, num_cpus=farm.num_cpus,
+                   dashboard=farm.dashboard, backend=farm.backend, dataset=dataset, fake_server=config.fake_server,
+                   remote=joins_cluster(farm), out=out)
 
     @property
     def model_id(self) -> str:
@@ -94,12 +87,6 @@ class FarmAssembly:
             last = str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else ""
             raise ConfigError(f"the {self.serve.app} application did not start: {type(exc).__name__}: {last}",
                               "serve") from None
-        if self.keep_on_joined and self.served.deployed and not self.session.owned \
-                and "keep" not in self.serve.model_fields_set:
-            self.served.section = self.served.section.model_copy(update={"keep": True})
-            print(f"serve: {self.serve.name!r} stays up on this cluster when the run ends, for the next run "
-                  "(reused when its model, options and policy are the same; serve.keep=false deletes it)",
-                  file=self.out, flush=True)
         return self.served
 
     def _carry_dataset(self) -> str | None:

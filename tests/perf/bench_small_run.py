@@ -31,7 +31,7 @@ start-up split, and the ratios to mini-swe-agent (target <= 1.0x for the Ray run
 CPU floor, its CPU-seconds over the machine's cores: the least wall time any overlap of its parts could reach
 here. A fourth side (unless ``--no-standing``) is the same command with ``--address`` on a standing cluster: a
 local Ray cluster started once in a process of its own (``_standing_cluster.py``, untimed, stopped at the end) and a
-first run on it (untimed: it deploys the model's Serve application, which a run on a cluster it joined leaves up),
+first run on it (untimed: it deploys the model's Serve application, which ``serve.keep=true`` leaves up),
 then one timed run per round, which reuses that application (its log says so; the table counts it). The standing
 cluster idles beside the other sides' runs. A side that did not resolve every instance gets no ratio; the
 line under the table says why. The bench exits 0 either way.
@@ -146,7 +146,7 @@ def farm_round(tmp: Path, n: int, label: str, one_process: bool = False, cluster
     run_id = f"bench-small-{kind}{label}"
     argv = [sys.executable, "-m", "cluster", "run", "configs/swe_demo.yaml", f"dataset.slice=0:{n}",
             "run.concurrency=2", f"run_id={run_id}", "--new-run", *(ONE_PROCESS if one_process else []),
-            *(["--address", cluster.address] if cluster else [])]
+            *(["--address", cluster.address, "serve.keep=true"] if cluster else [])]
     env = clean_env(ROLLOUT_HOME=str(home), **({"RAY_AUTH_MODE": "token"} if cluster else {}))
     wall, code, cpu = timed(argv, env, tmp / f"{run_id}.log")
     log = tmp / f"{run_id}.log"
