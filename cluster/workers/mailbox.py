@@ -15,7 +15,7 @@ import asyncio
 import collections
 import time
 
-from rollout.records import RequestMeta, RolloutResult, Task
+from rollout.records import RequestMeta, Task
 from rollout.runner import failure_result
 from rollout.waits import within
 
@@ -33,9 +33,6 @@ class Mailbox:
         """Rollouts run at once; more wait in ``_waiting``. None: no limit (a driver that sends only what fits)."""
         self._outbox: list[tuple[int, Encoded | None]] = []
         self._ready: asyncio.Event | None = None
-
-    async def execute(self, task: Task, meta: RequestMeta) -> RolloutResult:
-        raise NotImplementedError
 
     @property
     def waiting(self) -> int:
