@@ -173,8 +173,9 @@ class FarmAssembly:
             raise error
 
     async def release(self) -> bool:
-        """Stop the cluster if this assembly started it (on a thread: nothing of the run needs it any more)."""
-        if not self.session.owned:
+        """Stop the cluster if this assembly started it, or disconnect from one it joined (on a thread: nothing of
+        the run needs it any more)."""
+        if not (self.session.owned or self.session.joined):
             return False
         return await asyncio.to_thread(self.session.release)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +173,9 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                 keep_results=False,  # every result is on disk; the summary reads results.jsonl
             )
             job.clock.begin(FIRST_CALL)
+            from cluster.web.report_png import warm
+
+            threading.Thread(target=warm, name="report-imports", daemon=True).start()  # while the run waits on I/O
             try:
                 await driver.run()
             finally:  # the workers and the model's app go down side by side; Serve is told, not waited for
@@ -204,7 +208,7 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                                               "error_instances") if k in swe}
     from cluster.cli.report import write_for_run
 
-    write_for_run(job.run_dir, summary, say)
+    await asyncio.to_thread(write_for_run, job.run_dir, summary, say)  # beside the cluster's release
     job.store.write_summary(summary)
     job.store.close()  # the run's last write: another run may take the directory now
     print(format_table(summary), flush=True)  # the result goes to stdout; progress went to stderr

@@ -40,6 +40,8 @@ class ServedModel:
             from ray import serve
 
             serve.delete(self.section.name, _blocking=wait)
+            if not wait:  # a later call to the same controller returns once the delete has reached it: this
+                serve.status()  # process may disconnect next, and a request still in its send queue would be lost
             self.deployed = False
 
 

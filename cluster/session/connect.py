@@ -64,16 +64,26 @@ class ClusterSession:
         self.address, self.num_cpus, self.dashboard, self.out = address, num_cpus, dashboard, out
         self.owned = False
         """This process started the cluster (embedded, local) in ``open``: ``release`` stops it."""
+        self.joined = False
+        """``open`` connected this process to a cluster it joined: ``release`` disconnects (the cluster stays)."""
 
     def open(self) -> "ClusterSession":
         """Join or start the cluster (on the main thread: Ray wants it); a process already connected stays so."""
-        fresh = join_address(self.address) is None and not ray.is_initialized()
+        connected = ray.is_initialized()
+        fresh = join_address(self.address) is None and not connected
         connect(self.address, num_cpus=self.num_cpus, dashboard=self.dashboard, out=self.out)
         self.owned = self.owned or fresh
+        self.joined = self.joined or (not fresh and not connected)
         return self
 
     def release(self) -> bool:
-        """Stop the cluster if this session started it (nothing needs it any more); a joined one is left alone."""
+        """Stop the cluster if this session started it (nothing needs it any more); from one it joined, only
+        disconnect, now rather than at exit (what this process started there, its workers, ends with it; an app
+        ``serve.keep`` leaves stays). A connection this session found open is left alone. True: a cluster stopped."""
+        if self.joined:
+            self.joined = False
+            if ray.is_initialized():
+                ray.shutdown()
         if not self.owned:
             return False
         self.owned = False

@@ -20,6 +20,17 @@ class MatplotlibMissing(RuntimeError):
         super().__init__(f"summary.png needs matplotlib, which is not installed: {INSTALL_HINT}")
 
 
+def warm() -> None:
+    """Import what ``write_png`` draws with (half a second of CPU here), e.g. on a thread while a run waits on its
+    containers and model, so that the run's end does not wait for it; nothing when matplotlib is missing."""
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401 - the canvas savefig uses
+        import matplotlib.figure  # noqa: F401
+        import matplotlib.ticker  # noqa: F401
+    except ImportError:
+        pass
+
+
 def write_png(data: dict[str, Any], path: Path) -> Path:
     """Draw ``data`` (``report_data.collect``) into ``path``; raises ``MatplotlibMissing`` without matplotlib."""
     try:

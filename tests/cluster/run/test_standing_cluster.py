@@ -1,5 +1,6 @@
 """A standing cluster serves many runs: a second run whose ``serve`` section is the same as the kept application's
-reuses it instead of deploying again; a changed section deploys anew."""
+reuses it instead of deploying again; a changed section deploys anew; a run that does not keep its application
+takes it away, though it disconnects from the cluster as soon as its rollouts are done."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,11 @@ def test_a_second_identical_run_reuses_the_kept_application(ray_cluster, tmp_pat
         assert "deploying" not in second
         changed = run(address, tmp_path, "changed", "serve.replicas=1")  # another section: deployed again
         assert "serve: deploying scripted application 'standing-model'" in changed
+        run(address, tmp_path, "not-kept", "serve.keep=false")  # reused, then deleted: the delete reached Serve
+        deadline = time.monotonic() + 60
+        while "standing-model" in serve.status().applications and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "standing-model" not in serve.status().applications
     finally:
         serve.delete("standing-model")
 
