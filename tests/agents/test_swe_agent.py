@@ -91,3 +91,26 @@ def test_scripted_rollout_on_the_null_runtime_round_trips():
     assert result.submission == "diff --git a/x b/x\n"
     assert RolloutResult.model_validate_json(result.model_dump_json()) == result
     assert pickle.loads(pickle.dumps(result)) == result
+
+
+def test_templates_render_as_jinja_renders_them_and_a_missing_variable_names_its_field():
+    import jinja2
+
+    from agents import swe_prompts
+    from rollout.errors import ConfigError
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    cases = [
+        (swe_prompts.OBSERVATION_TEMPLATE, dict(returncode=2, timed_out=True, timeout=5, truncated=False, elided=0,
+                                                output="a\nb", head="", tail="", output_limit=10)),
+        (swe_prompts.OBSERVATION_TEMPLATE, dict(returncode=0, timed_out=False, timeout=5, truncated=True, elided=7,
+                                                output="x" * 30, head="xx", tail="yy", output_limit=10)),
+        (swe_prompts.INSTANCE_TEMPLATE, dict(task={"data": {"repo": "o/r"}}, cwd="/w", problem="fix it <b>",
+                                             sentinel="DONE", submit_command="echo DONE")),
+        ("{% for i in range(n) %}{{ i }},{% endfor %}{{ name | upper }}{{ none }}", dict(n=3, name="ab", none=None)),
+    ]
+    for source, variables in cases:
+        assert swe_prompts.render(source, "f", **variables) == env.from_string(source).render(**variables)
+    with pytest.raises(ConfigError) as caught:
+        swe_prompts.render("{{ returncode }} {{ missing }}", "agent.observation_template", returncode=0)
+    assert "missing" in str(caught.value) and caught.value.field == "agent.observation_template"
