@@ -11,7 +11,9 @@ process so that it does not share a GIL with what is measured.
   the farm (Ray backend, ``RolloutFarm.generate``) vs a plain asyncio loop (``asyncio.gather`` under a
   semaphore of C over ``run_rollout`` with the same client, agent, environment and null runtime).
   Target: farm <= 1.2x the loop and <= 3 ms per step beyond it. The notes give the Ray call floor (a plain
-  actor's method, round trip) beside the farm's driver-worker hop.
+  actor's method, round trip) beside the farm's driver-worker hop, and the farm's wall time beyond the loop's: a
+  cost per run (the first rollouts' trip to the worker, the last results' trip back), which T*C/(R*S) spreads
+  over R*S steps. R = 4096 (16 rounds of C): at 1024 that fixed 0.1 s alone came to 8 ms a step.
 - (b) peak throughput with real subprocesses (the ``local`` runtime), L = 0.5 s: the farm at its best window and
   worker count (one or two worker processes on the node, ``farm.workers_per_node``)
   vs mini-swe-agent's batch runner at its best thread count. mini-swe-agent is driven as its SWE-bench batch
@@ -79,7 +81,7 @@ MB = 1 << 20
 
 @dataclass
 class Sizes:
-    a_rollouts: int = 1024
+    a_rollouts: int = 4096
     a_concurrency: int = 256
     a_latency: float = 1.0
     b_rollouts: int = 1000
@@ -361,6 +363,8 @@ def part_a(sizes: Sizes, profile: bool) -> list[Row]:
                    "<= 1.2x loop and <= loop + 3 ms", "", info["timings"] + [f"load {before}->{load()}"],
                    value=overhead(usage), rss_groups=(DRIVER, WORKERS), cpu_groups=(DRIVER, WORKERS, RAY),
                    profile=info["profile"])
+        farm.notes.insert(0, f"wall beyond the loop's {usage.wall - loop.usage.wall:+.2f} s "
+                             "(a cost per run, not per step)")
         farm.notes += failed_note(bad)
         rows.append(farm)
         if loop_bad or bad:  # a side that did not do the work gets no ratio
