@@ -27,7 +27,9 @@ class FarmControls:
         carries it in its request (with ``cache_salt``, a per-version prefix-cache salt)."""
         self.start()
         self._run(self._backend.broadcast("set_policy_version", version))
-        self.policy_version = version
+        changed, self.policy_version = version != self.policy_version, version
+        if changed:
+            self._versions_changed()
 
     def pause(self, mode: str | None = None) -> None:
         """No new model call starts until ``resume()``; rollouts otherwise go on. With ``mode`` the engine pauses

@@ -1,6 +1,7 @@
 """RolloutFarm: the Python API for RL trainers (README, "Python API for trainers"):
 ``RolloutFarm.from_config(...)`` or ``from_objects(...)``; ``generate(tasks, n)`` → grouped results and trainer
-samples; ``stream``; the controls (``pause``/``resume``, ``set_policy_version``, ``reload_weights``); ``close``.
+samples; ``stream``; ``stream_groups`` (asynchronous RL: groups kept running while the caller trains); the controls
+(``pause``/``resume``, ``set_policy_version``, ``reload_weights``); ``close``.
 
 The farm keeps its workers (one Ray actor per node, or one in-process worker with ``backend="local"``) across
 calls, so a training loop calls ``generate`` every step without restarting anything. Its asyncio machinery runs on
@@ -20,6 +21,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 
 from cluster.farm.batch import MemberBatch
 from cluster.farm.controls import FarmControls
+from cluster.farm.group_stream import GroupStreaming
 from cluster.farm.loop_thread import LoopThread
 from cluster.farm.tasks import check_sampling, prepare_tasks, stale_members
 from cluster.workers.worker import ConfigSource, ObjectSource
@@ -28,7 +30,7 @@ from rollout.records import RolloutResult, Task
 from rollout.train.groups import Batch, GroupPolicy, apply_policy, group_results
 
 
-class RolloutFarm(FarmControls):
+class RolloutFarm(FarmControls, GroupStreaming):
     """Rollouts for a trainer, grouped n per task. Build with ``from_config`` or ``from_objects``."""
 
     def __init__(self, source: Any, *, backend: str = "ray", address: str | None = None,

@@ -133,6 +133,19 @@ class Batch:
         """Failed results by exit reason (``worker_died``, ``runtime_error``, ``deadline_exceeded``, ...)."""
         return failure_counts(self.results)
 
+    def versions(self) -> dict[str, int]:
+        """Completion tokens per policy version over the members a trainer gets (usable ones: not failed, not
+        stale); a turn sampled before any version was set counts under ``"none"``."""
+        counts: Counter[str] = Counter()
+        for group in self.groups:
+            for result, usable in zip(group.results, group.mask):
+                if usable:
+                    for step in result.trajectory.steps:
+                        ids = step.completion_token_ids
+                        counts[str(step.policy_version) if step.policy_version is not None else "none"] += \
+                            len(ids) if ids is not None else step.usage.completion_tokens
+        return dict(sorted(counts.items()))
+
     def segments(self, on_break: str = "split") -> list[list[list[Any]]]:
         """Per group, per member: the member's trainer samples (``rollout.train.tokens.Segment``: prompt ids, response
         ids, loss mask, logprobs), cut where its token stream breaks (``on_break="mask"``: kept, mask 0)."""
