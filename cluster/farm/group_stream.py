@@ -25,7 +25,9 @@ import time
 from collections import deque
 from typing import Any, Iterable
 
-from cluster.farm.tasks import check_sampling, prepare_tasks, stale_members
+from cluster.farm.tasks import check_sampling, stale_members
+from rollout.data.dataset import task_from_row
+from rollout.errors import ConfigError
 from rollout.records import RolloutResult, Task
 from rollout.train.groups import Batch, Group
 
@@ -61,14 +63,17 @@ class GroupStream:
     # ---- from the caller's side -------------------------------------------------------------------------------
 
     def start(self) -> "GroupStream":
-        """Start the first ``ahead`` groups now (``stream_groups`` does), not at the first ``next_batch``."""
+        """Start the groups the bound allows now (``stream_groups`` does), not at the first ``next_batch``."""
         self.farm._run(self._next_ready())
         return self
 
     def next_batch(self, timeout: float | None = None) -> Batch:
         """The next ``batch_groups`` groups to finish (fewer at the end of ``tasks``); ``StopIteration`` when none
         is left."""
-        return self.farm._run(self._next(), timeout)
+        try:
+            return self.farm._run(self._next(), timeout)
+        except StopAsyncIteration:
+            raise StopIteration from None
 
     async def anext_batch(self) -> Batch:
         return await asyncio.wrap_future(self.farm._loop_thread.submit(self._next()))
@@ -77,10 +82,7 @@ class GroupStream:
         return self
 
     def __next__(self) -> Batch:
-        try:
-            return self.next_batch()
-        except StopAsyncIteration:
-            raise StopIteration from None
+        return self.next_batch()
 
     def __aiter__(self) -> "GroupStream":
         return self
@@ -122,8 +124,8 @@ class GroupStream:
                 self._exhausted = True
                 break
             try:
-                task = prepare_tasks([item], None)[0]
-            except ValueError as exc:  # a malformed row: the caller's error, raised at the next batch
+                task = item if isinstance(item, Task) else task_from_row(dict(item), f"tasks[{self.started}]")
+            except (ConfigError, TypeError, ValueError) as exc:  # a malformed row: raised at the next batch
                 self._error = self._error or exc
                 self._exhausted = True
                 break
@@ -158,7 +160,14 @@ class GroupStream:
     async def _next(self) -> Batch:
         t0 = time.perf_counter()
         await self._next_ready()
-        while len(self._done) < self.batch_groups and self._running and self._error is None:
+        while len(self._done) < self.batch_groups and self._error is None:
+            if not self._running:
+                if self._exhausted:
+                    break  # the last, short batch
+                raise RuntimeError(
+                    f"no group can start: {self.started} started, and max_staleness={self.max_staleness} allows "
+                    f"{self.limit} until a new policy version (set_policy_version or reload_weights): with "
+                    f"max_staleness=k, at most k + 1 batches are taken per version")
             self._changed.clear()
             await self._changed.wait()
         if self._error is not None:

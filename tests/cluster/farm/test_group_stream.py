@@ -48,6 +48,17 @@ def test_groups_keep_running_while_the_caller_trains_within_the_bound():
         assert after.failed == 0
 
 
+def test_more_batches_than_the_bound_allows_without_a_new_version_is_a_clear_error():
+    with farm(latency=0.1) as f:
+        f.set_policy_version(0)
+        with f.stream_groups(endless(), n=1, batch_groups=2, max_staleness=0) as stream:
+            stream.next_batch(timeout=120)
+            with pytest.raises(RuntimeError, match="until a new policy version"):
+                stream.next_batch(timeout=120)
+            f.set_policy_version(1)  # the next batch may start now
+            assert len(stream.next_batch(timeout=120).groups) == 2
+
+
 def test_without_a_staleness_bound_the_farm_keeps_two_batches_beyond_what_was_taken():
     with farm(latency=0.1) as f:
         with f.stream_groups(endless(), n=1, batch_groups=3, max_staleness=None) as stream:
@@ -80,6 +91,16 @@ def test_a_rollout_spanning_a_version_change_keeps_each_turns_version(max_stalen
     else:  # run again under version 2 alone
         assert versions == ["2", "2"] and batch.rerun == 1 and batch.stale == 0 and batch.masks == [[True]]
         assert list(batch.versions()) == ["2"]
+
+
+def test_a_malformed_row_is_named_at_the_next_batch():
+    from rollout.errors import ConfigError
+
+    rows = [{"task_id": "ok", "prompt": "seed", "check": "true"}, {"prompt": "no id"}]
+    with farm(latency=0.1) as f:
+        with f.stream_groups(rows, n=1, batch_groups=1, max_staleness=None) as stream:
+            with pytest.raises(ConfigError, match=r"tasks\[1\]: no task id"):
+                stream.next_batch(timeout=120)
 
 
 def test_bad_arguments_fail_before_any_work():
