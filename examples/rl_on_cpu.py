@@ -50,8 +50,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warm", help="a warm-started model directory to use instead of making one")
     p.add_argument("--margin", type=float, default=0.20,
                    help="stated before the run: held-out reward after K steps minus step 0's should exceed it")
+    p.add_argument("--headroom", type=float, default=0.50,
+                   help="stated before the run: the share of step 0's remaining headroom closed, (after - before) / "
+                        "(1 - before), should reach it (the yardstick that holds when the warm start begins higher)")
     p.add_argument("--tolerance", type=float, default=1e-4, help="max |trainer - engine| logprob on step 0")
     p.add_argument("--no-restart", action="store_true", help="skip timing a replica restart at the end")
+    p.add_argument("--async", dest="async_", action="store_true",
+                   help="asynchronous: the farm samples the next groups while the trainer trains "
+                        "(RolloutFarm.stream_groups); each token trains against the logprobs of the version that "
+                        "sampled it")
+    p.add_argument("--max-staleness", type=int, default=1,
+                   help="with --async: how many versions behind the trained weights a sampled token may be")
+    p.add_argument("--on-stale", choices=("mask", "rerun"), default="mask",
+                   help="with --async: a member beyond --max-staleness is masked or run again")
     args = p.parse_args(argv)
     for name, least in (("steps", 0), ("tasks", 1), ("n", 2), ("heldout", 1), ("heldout_n", 1), ("epochs", 1),
                         ("concurrency", 1), ("warm_steps", 1)):
@@ -95,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from examples.rl_cpu import tasks as T
-    from examples.rl_cpu.loop import Loop, format_row, open_farm, plot, serve_policy
+    from examples.rl_cpu.loop import Loop, open_farm, serve_policy
+    from examples.rl_cpu.report import format_row, plot
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
@@ -104,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     warm, warm_s = warm_model(args, out)
     print(f"stated before the run: held-out mean reward (sampled) after {args.steps} steps minus step 0's > "
-          f"{args.margin:.2f} (seed {args.seed}, {args.heldout} held-out problems x {args.heldout_n})", flush=True)
+          f"{args.margin:.2f}, and at least {args.headroom:.0%} of step 0's remaining headroom closed "
+          f"(seed {args.seed}, {args.heldout} held-out problems x {args.heldout_n})", flush=True)
     model = AutoModelForCausalLM.from_pretrained(warm, dtype=torch.float32)
     model.eval()
     if model.config.tie_word_embeddings:
@@ -119,15 +132,22 @@ def main(argv: list[str] | None = None) -> int:
                 out_dir=out, heldout=T.make_tasks(args.heldout, args.seed + 1, "heldout"), n=args.n,
                 clip=args.clip, epochs=args.epochs, heldout_n=args.heldout_n, seed=args.seed)
     rows = T.make_tasks(args.steps * args.tasks, args.seed, "train")
-    ok, restart = True, {}
+    ok, restart, stream, loop_s = True, {}, None, 0.0
     try:
         farm.set_policy_version("0")
         baseline = loop.evaluate()
         print(f"step  0 before training: held-out {baseline['heldout']:.3f} (greedy "
               f"{baseline['heldout_greedy']:.3f}; eval {baseline['eval_s']:.1f}s; serve deploy {deploy_s:.0f}s, "
               f"warm start {warm_s:.0f}s)", flush=True)
+        loop.clock = t_loop = time.perf_counter()
+        if args.async_:
+            stream = farm.stream_groups(rows, n=args.n, batch_groups=args.tasks, max_staleness=args.max_staleness,
+                                        on_stale=args.on_stale)
+            print(f"asynchronous: {args.tasks} groups a batch, sampled at most {args.max_staleness} version(s) "
+                  f"behind the weights they train ({args.on_stale} beyond)", flush=True)
         for k in range(args.steps):
-            row = loop.step(k, rows[k * args.tasks: (k + 1) * args.tasks], agreement=k == 0)
+            row = (loop.step_from(k, stream, args.max_staleness, agreement=k == 0) if stream is not None else
+                   loop.step(k, rows[k * args.tasks: (k + 1) * args.tasks], agreement=k == 0))
             if "agreement" in row:
                 a = row["agreement"]
                 ok = ok and a["max_abs"] <= args.tolerance
@@ -139,20 +159,30 @@ def main(argv: list[str] | None = None) -> int:
                 ok = False
                 print(f"reload check FAILED: the replica's logprobs are not the trainer's after the reload "
                       f"({row['reload_check']['engine_vs_trainer']:.2e} > {args.tolerance:g})", flush=True)
+        loop_s = time.perf_counter() - t_loop
+        if stream is not None:
+            stream.close()
+            stream = None
         if not args.no_restart and loop.history:
             restart = restart_check(loop, args)
     finally:
+        if stream is not None:
+            stream.close()
         loop.farm.close()
         loop.served.stop()
     final = loop.history[-1]["heldout"] if loop.history else baseline["heldout"]
     gain = final - baseline["heldout"]
+    closed = gain / (1 - baseline["heldout"]) if baseline["heldout"] < 1 else 0.0
     summary = {"args": vars(args), "warm_start_s": warm_s, "deploy_s": deploy_s, "baseline": baseline,
                "steps": loop.history, "restart": restart, "gain": gain, "margin_met": gain > args.margin,
-               "logprob_check": ok, "total_s": time.perf_counter() - started}
+               "headroom_closed": closed, "headroom_met": closed >= args.headroom,
+               "logprob_check": ok, "loop_s": loop_s, "total_s": time.perf_counter() - started}
     (out / "metrics.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     png = plot(loop.history, baseline, out / "reward.png")
     print(f"held-out reward {baseline['heldout']:.3f} -> {final:.3f} ({gain:+.3f}; stated margin {args.margin:.2f}: "
-          f"{'met' if gain > args.margin else 'NOT met'}); total {summary['total_s'] / 60:.1f} min; "
+          f"{'met' if gain > args.margin else 'NOT met'}; headroom closed {closed:.0%}, stated {args.headroom:.0%}: "
+          f"{'met' if closed >= args.headroom else 'NOT met'}); {args.steps} steps {loop_s:.0f}s"
+          f"{' (async)' if args.async_ else ''}; total {summary['total_s'] / 60:.1f} min; "
           f"{out / 'metrics.json'}{', ' + str(png) if png else ''}", flush=True)
     return 0 if ok else 1
 

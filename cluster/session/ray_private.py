@@ -115,7 +115,11 @@ def extended_openai_app(config: Any, *, controls: bool, server_mixin: type, ingr
                                                                (server_mixin, LLMServer), {}))
     ingress = make_fastapi_ingress(type(f"{ingress_mixin.__name__}{base.__name__}", (ingress_mixin, base), {}),
                                    endpoint_map={**endpoints, **routes})
-    return serve.deployment(ingress, **base.get_deployment_options([config])).bind(
+    options = base.get_deployment_options([config])
+    logging_config = (config.deployment_config or {}).get("logging_config")
+    if logging_config is not None:  # the ingress logs as the model's deployment does (no access line per request)
+        options.setdefault("logging_config", logging_config)
+    return serve.deployment(ingress, **options).bind(
         llm_deployments={config.model_id: server}, model_cards={config.model_id: to_model_metadata(config.model_id,
                                                                                                    config)},
         lora_paths={})

@@ -134,6 +134,9 @@ def logprob_agreement(model, samples: Sequence[Any]) -> dict[str, float]:
 def save(model, tokenizer, directory: str | Path) -> Path:
     """Hugging Face format that vLLM loads: config, safetensors, tokenizer, the chat template (its own file and
     in ``tokenizer_config.json``), a generation config that ends turns on ``<|im_end|>``."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar per step between the loop's own lines
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)

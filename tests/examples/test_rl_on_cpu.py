@@ -62,6 +62,34 @@ def test_two_grpo_steps_keep_the_token_data_exact_and_reload_the_replica(ray_clu
     assert any(s["learning_samples"] for s in steps), "no group had rewards to compare: nothing was reloaded"
     assert (tmp_path / "reward.png").stat().st_size > 10_000
     assert metrics["logprob_check"] is True
+    before = metrics["baseline"]["heldout"]  # the headroom yardstick, reported beside the absolute margin
+    assert metrics["headroom_closed"] == pytest.approx(metrics["gain"] / (1 - before) if before < 1 else 0.0)
+    assert "headroom closed" in printed
+
+
+def test_asynchronous_steps_train_on_groups_sampled_while_the_last_step_trained(ray_cluster, warm, tmp_path, capsys):
+    """``--async``: the farm samples the next groups while the trainer trains; a batch may hold tokens one version
+    behind (max_staleness 1), each trained against its own version's logprobs, none older (check_samples raised
+    otherwise); the token data stays exact and the reload still lands."""
+    from examples.rl_on_cpu import main
+
+    code = main(["--warm", str(warm), "--steps", "2", "--tasks", "3", "--n", "4", "--heldout", "2",
+                 "--heldout-n", "1", "--lr", "3e-3", "--concurrency", "16", "--out", str(tmp_path), "--no-restart",
+                 "--async", "--max-staleness", "1"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    first, second = metrics["steps"]
+    assert first["agreement"]["max_abs"] <= TOLERANCE and first["versions"] and set(first["versions"]) == {"0"}
+    # All 6 groups started under version 0 (the bound admits (0 + 1 + 1) x 3 at once): the second batch is one
+    # version behind the weights it trains, which the bound allows; its turns may span the reload (0 and 1).
+    assert second["version"] == "1" and "0" in second["versions"] and set(second["versions"]) <= {"0", "1"}
+    assert second["stale"] == 0 and sum(second["versions"].values()) == second["model_tokens"]
+    for step in (first, second):
+        assert step["reload_check"]["engine_vs_trainer"] <= TOLERANCE
+        assert step["wait_s"] >= 0 and step["farm_idle_s"] >= 0
+    assert "asynchronous: 3 groups a batch" in printed and "tokens by version" in printed
+    assert metrics["loop_s"] > 0 and metrics["logprob_check"] is True
 
 
 def test_a_model_with_tied_embeddings_is_refused_before_any_step(ray_cluster, warm, tmp_path):
