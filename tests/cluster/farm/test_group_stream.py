@@ -133,3 +133,16 @@ def test_on_ray_workers_a_turn_keeps_its_version_and_the_bound_holds(ray_cluster
     assert by_task["slow"].metadata.get("stale") is True  # one version behind, with a bound of 0: not trained on
     assert [s.policy_version for s in by_task["t2"].trajectory.steps] == ["2", "2"]
     assert first.stale + second.stale == 2  # "slow" and "t0", sampled under version 1, trained under 2
+
+
+def test_an_event_loop_reads_the_stream_with_async_for():
+    import asyncio
+
+    rows = [{"task_id": f"r{k}", "prompt": "seed", "check": "true"} for k in range(3)]
+
+    async def consume(stream) -> list[int]:
+        return [len(batch.groups) async for batch in stream]
+
+    with farm(latency=0.1) as f:
+        with f.stream_groups(rows, n=1, batch_groups=2, max_staleness=None) as stream:
+            assert asyncio.run(consume(stream)) == [2, 1]  # the last batch is short: the rows ran out
