@@ -42,20 +42,31 @@ def start_machines(ray_cluster, head_files: Path, *resources: dict[str, float]):
     started = []
     try:
         for index, offered in enumerate(resources, start=1):
-            name = f"machine_{uuid.uuid4().hex[:6]}"
-            root = Path("/tmp") / f"rollout-farm-{name}"
-            started.append(Machine(name, index, address, root, num_cpus=1, resources=offered,
-                                   masked=[str(head_files), str(PROJECT / "runs")]).start())
+            started.append(new_machine(address, head_files, index, offered).start())
         yield started
     finally:
         for machine in started:
             machine.stop()
 
 
+def new_machine(address: str, head_files: Path, index: int, offered: dict[str, float]) -> Machine:
+    """A machine (not started) of one CPU offering ``offered``, the head's files masked; ``index`` names its
+    bridge's subnet, one per machine alive at once."""
+    name = f"machine_{uuid.uuid4().hex[:6]}"
+    return Machine(name, index, address, Path("/tmp") / f"rollout-farm-{name}", num_cpus=1, resources=offered,
+                   masked=[str(head_files), str(PROJECT / "runs")])
+
+
 @pytest.fixture
 def two_machines(ray_cluster, head_files, base_image):
     """Two sandbox nodes."""
     yield from start_machines(ray_cluster, head_files, SANDBOX, SANDBOX)
+
+
+@pytest.fixture
+def one_machine(ray_cluster, head_files, base_image):
+    """One sandbox node (a second joins in the test that needs it)."""
+    yield from start_machines(ray_cluster, head_files, SANDBOX)
 
 
 @pytest.fixture

@@ -217,3 +217,32 @@ def test_the_model_tier_runs_apart_from_the_sandboxes(ray_cluster, model_and_san
     assert {r["node_id"] for r in rows} == {sandbox.node_id()}  # every rollout on the sandbox node, none on the head
     url = re.search(r"answers at (http://[^/]+)/v1", out).group(1)
     assert "127.0.0.1" not in url and "localhost" not in url, url  # an address the other machines reach
+
+
+def test_a_machine_that_joins_mid_run_gets_rollouts(ray_cluster, one_machine, head_files):
+    """A sandbox node started while a run goes on: the driver sees it at its next look at the node list, starts a
+    worker there, and the node's first rollouts run while the first node's continue (its images fetched anew)."""
+    import time
+
+    from conftest import SANDBOX, new_machine
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    run = run_on_cluster(address, head_files, "run.samples=2")  # 24 rollouts: work left when the node is up
+    (first,) = one_machine
+    results_reach(run, head_files, 2)
+    assert run.poll() is None, "the run ended before a machine could join"
+    joined = new_machine(address, head_files, 2, SANDBOX).start()
+    try:
+        up, there = time.monotonic(), []
+        while run.poll() is None and not there:
+            there = [r for r in results(head_files) if r["node_id"] == joined.node_id()]
+            time.sleep(0.5)
+        print(f"the joined node's first result {time.monotonic() - up:.1f}s after it was up")
+        finished(run)
+        rows = assert_whole(head_files, expected=24)
+        on_joined = [r for r in rows if r["node_id"] == joined.node_id()]
+        assert on_joined and all(r["reward"] == 1.0 for r in rows), collections.Counter(r["node_id"] for r in rows)
+        assert any(r["node_id"] == first.node_id() for r in rows)
+        assert labelled(joined) == [] and labelled(first) == []
+    finally:
+        joined.stop()
