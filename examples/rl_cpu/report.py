@@ -10,15 +10,17 @@ def format_row(row: dict[str, Any]) -> str:
     """One printed line per step."""
     levels = " ".join(f"L{lv} {v:.2f}" for lv, v in row.get("heldout_by_level", {}).items())
     update, check = row.get("update", {}), row.get("reload_check")
-    text = (f"step {row['step']:2d}  train {row['train_reward']:.3f}  held-out {row['heldout']:.3f} "
-            f"(greedy {row['heldout_greedy']:.3f}; {levels})  {row['tokens_per_s']:5.0f} tok/s  generate "
-            f"{row['generate_s']:4.1f}s  train {row['train_s']:4.1f}s  reload {row['reload_s']:4.2f}s  eval "
-            f"{row['eval_s']:4.1f}s  v{row['version']}->v{row['next_version']}")
+    heldout = (f"held-out {row['heldout']:.3f} (greedy {row['heldout_greedy']:.3f}; {levels})" if "heldout" in row
+               else "held-out   -  (not this step)")
+    text = (f"step {row['step']:2d}  train {row['train_reward']:.3f}  {heldout}  {row['tokens_per_s']:5.0f} tok/s  "
+            f"generate {row['generate_s']:4.1f}s  train {row['train_s']:4.1f}s  reload {row['reload_s']:4.2f}s  "
+            f"{'eval ' + format(row['eval_s'], '4.1f') + 's  ' if 'eval_s' in row else ''}"
+            f"v{row['version']}->v{row['next_version']}")
     if update:
         text += f"  clip {update['clip_fraction']:.3f}"
     if check:
         text += f"  engine=trainer {check['engine_vs_trainer']:.0e}"
-    if "versions" in row:  # asynchronous: what the batch was sampled under, and what the bound caught
+    if "wait_s" in row:  # asynchronous: what the batch was sampled under, and what the bound caught
         shares = " ".join(f"v{v} {t}" for v, t in row["versions"].items())
         text += f"  tokens by version [{shares}]  stale {row['stale']}  waited {row['wait_s']:.1f}s"
     if row.get("failed") or row.get("heldout_failed"):
@@ -35,12 +37,11 @@ def plot(history: list[dict[str, Any]], baseline: dict[str, Any], path: Path) ->
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    after = [0] + [r["step"] + 1 for r in history]
+    evaluated = [baseline] + [r for r in history if "heldout" in r]  # --eval-every: the steps measured
+    after = [0] + [r["step"] + 1 for r in evaluated[1:]]
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
-    ax.plot(after, [baseline["heldout"]] + [r["heldout"] for r in history], marker="o",
-            label="held-out, sampled (T=1)")
-    ax.plot(after, [baseline["heldout_greedy"]] + [r["heldout_greedy"] for r in history], marker="^",
-            linestyle="--", label="held-out, greedy")
+    ax.plot(after, [r["heldout"] for r in evaluated], marker="o", label="held-out, sampled (T=1)")
+    ax.plot(after, [r["heldout_greedy"] for r in evaluated], marker="^", linestyle="--", label="held-out, greedy")
     ax.plot([r["step"] for r in history], [r["train_reward"] for r in history], marker="s",
             label="training batch (its own step's weights)")
     ax.set_xlabel("GRPO step (held-out: with the weights after k steps)")

@@ -91,8 +91,8 @@ def parse_generate(data: Mapping[str, Any]) -> Generated:
     """The first choice of a generate reply (``KeyError``/``TypeError``/``ValueError`` when it is malformed)."""
     choice = data["choices"][0]
     entries = (choice.get("logprobs") or {}).get("content") or []
-    spans = choice.get("weight_versions") or []
-    version = spans[-1]["version"] if spans else None
+    spans = sorted(choice.get("weight_versions") or [], key=lambda span: span.get("start", 0))
+    version = spans[0]["version"] if spans else None  # a turn's oldest tokens set its age (staleness is an upper bound)
     return Generated(
         prompt_ids=None if data.get("prompt_token_ids") is None else list(data["prompt_token_ids"]),
         completion_ids=[int(t) for t in choice["token_ids"]],

@@ -276,3 +276,41 @@ def test_the_local_evaluation_plays_whole_episodes_and_scores_them(stack):
     for greedy in (True, False):
         report = W.evaluate(model, tok, rows, greedy=greedy, max_turns=2, max_new_tokens=24)
         assert report["n"] == 4 and 0.0 <= report["success"] <= 1.0 and set(report["by_level"]) == set(T.LEVELS)
+
+
+def test_a_step_not_evaluated_prints_and_plots_without_a_held_out_number(tmp_path):
+    """``--eval-every``: a step without the held-out split says so on its line; the curve has the measured ones."""
+    from examples.rl_cpu.report import format_row, plot
+
+    row = {"step": 0, "version": "0", "next_version": "1", "train_reward": 0.25, "tokens_per_s": 700.0,
+           "generate_s": 5.0, "train_s": 3.0, "reload_s": 0.1, "versions": {"0": 90}, "model_tokens": 90}
+    line = format_row(row)
+    assert "held-out   -  (not this step)" in line and "eval" not in line and "tokens by version" not in line
+    measured = {**row, "step": 1, "heldout": 0.75, "heldout_greedy": 0.5, "eval_s": 12.0, "heldout_by_level": {1: 1.0}}
+    assert "held-out 0.750 (greedy 0.500; L1 1.00)" in format_row(measured) and "eval 12.0s" in format_row(measured)
+    pytest.importorskip("matplotlib")
+    assert plot([row, measured], {"heldout": 0.5, "heldout_greedy": 0.0}, tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_the_staleness_histogram_counts_trained_tokens_by_versions_behind():
+    from examples.rl_cpu.loop import Loop
+
+    loop = Loop(served=None, farm=None, model=None, tokenizer=None, optimizer=None, out_dir=Path("."), heldout=[])
+    loop.history = [{"version": "0", "versions": {"0": 10}}, {"version": "1", "versions": {"0": 7, "1": 5}},
+                    {"version": "2", "versions": {"1": 4, "2": 6, "none": 3}}]
+    assert loop.staleness() == {0: 21, 1: 11}  # a turn sampled before any version was set is not counted
+
+
+def test_the_cpu_clock_reads_a_share_and_a_core_split_leaves_ray_at_least_one():
+    from examples.rl_cpu.cores import CpuClock, split_cores
+
+    clock = CpuClock().start()
+    sum(i * i for i in range(200_000))  # some work, so the kernel's tick counters move
+    share = clock.share()
+    assert share is None or 0.0 <= share <= 1.0
+    cores = len(os.sched_getaffinity(0))
+    with pytest.raises(SystemExit, match="leave Ray at least one"):
+        split_cores(cores)
+    if cores >= 2:
+        trainer, ray = split_cores(1)
+        assert len(trainer) == 1 and trainer.isdisjoint(ray) and len(ray) == cores - 1

@@ -75,7 +75,7 @@ def test_asynchronous_steps_train_on_groups_sampled_while_the_last_step_trained(
 
     code = main(["--warm", str(warm), "--steps", "2", "--tasks", "3", "--n", "4", "--heldout", "2",
                  "--heldout-n", "1", "--lr", "3e-3", "--concurrency", "16", "--out", str(tmp_path), "--no-restart",
-                 "--async", "--max-staleness", "1"])
+                 "--async", "--max-staleness", "1", "--eval-every", "2"])
     printed = capsys.readouterr().out
     assert code == 0, printed
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -90,6 +90,11 @@ def test_asynchronous_steps_train_on_groups_sampled_while_the_last_step_trained(
         assert step["wait_s"] >= 0 and step["farm_idle_s"] >= 0
     assert "asynchronous: 3 groups a batch" in printed and "tokens by version" in printed
     assert metrics["loop_s"] > 0 and metrics["logprob_check"] is True
+    # --eval-every 2: the held-out split after the second step only (and after the last, always)
+    assert "heldout" not in first and 0.0 <= second["heldout"] <= 1.0 and "(not this step)" in printed
+    # the staleness histogram: every trained token, by how many versions behind its weights it was sampled
+    assert set(metrics["staleness"]) <= {"0", "1"} and "1" in metrics["staleness"]
+    assert sum(metrics["staleness"].values()) == first["model_tokens"] + second["model_tokens"]
 
 
 def test_a_model_with_tied_embeddings_is_refused_before_any_step(ray_cluster, warm, tmp_path):

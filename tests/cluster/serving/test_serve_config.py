@@ -37,7 +37,13 @@ def test_engine_and_deployment_options_pass_through_with_a_finite_request_bound(
     assert fields["engine_kwargs"]["max_model_len"] == 4096 and fields["engine_kwargs"]["tool_call_parser"] == "hermes"
     assert fields["deployment_config"] == {"max_ongoing_requests": DEFAULT_MAX_ONGOING_REQUESTS, "num_replicas": 3,
                                            "ray_actor_options": {"num_cpus": 2}}
-    assert fields["runtime_env"] == {"env_vars": {"A": "1"}}
+    assert fields["runtime_env"] == {"env_vars": {"A": "1", "VLLM_LOGGING_LEVEL": "WARNING"}}  # a quiet engine
+    assert fields["engine_kwargs"]["use_tqdm_on_load"] is False
+    loud = ServeSection(app="vllm", model_source="/m", engine_kwargs={"use_tqdm_on_load": True},
+                        llm_config={"runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "INFO"}}})
+    told = llm_config_fields(loud, "m", {})
+    assert told["runtime_env"]["env_vars"]["VLLM_LOGGING_LEVEL"] == "INFO"  # the section's word wins
+    assert told["engine_kwargs"]["use_tqdm_on_load"] is True
     # the CPU tier: the cpu accelerator and no accelerator type, a memory share a shared machine has
     assert fields["accelerator_config"] == {"kind": "cpu"} and "accelerator_type" not in fields
     assert fields["engine_kwargs"]["gpu_memory_utilization"] == 0.1

@@ -29,3 +29,19 @@ def test_several_calls_in_one_reply_keep_their_order():
     message = assistant_message(text, with_tools=True)
     assert [c["function"]["name"] for c in message["tool_calls"]] == ["t0", "t1", "t2"]
     assert message["content"] is None
+
+
+def test_a_generate_reply_sampled_across_two_weight_versions_is_as_old_as_its_oldest_tokens():
+    """A turn whose tokens two versions sampled (an engine that kept a request across a reload) carries the older:
+    a token sampled under version k is never trained as k+1, and the staleness bound holds for its oldest token."""
+    from rollout.wire.generate import parse_generate
+
+    def reply(spans):
+        return {"choices": [{"token_ids": [5, 6, 7, 8], "finish_reason": "stop", "weight_versions": spans,
+                             "logprobs": {"content": [{"logprob": -0.5}] * 4}}]}
+
+    spans = [{"version": "3", "start": 0, "end": 2}, {"version": "4", "start": 2, "end": 4}]
+    assert parse_generate(reply(spans)).weight_version == "3"
+    assert parse_generate(reply(spans[::-1])).weight_version == "3"  # in whatever order the spans come
+    assert parse_generate(reply([{"version": "4", "start": 0, "end": 4}])).weight_version == "4"
+    assert parse_generate(reply([{"version": "default", "start": 0, "end": 4}])).weight_version is None
