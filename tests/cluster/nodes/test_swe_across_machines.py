@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 # Imported at collection, while this folder's conftest is the one named so (other folders have theirs).
-from conftest import PROJECT, output, results, run_on_cluster, start_registry
+from conftest import PROJECT, SANDBOX, new_machine, output, results, run_on_cluster, start_registry
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -223,8 +223,6 @@ def test_a_machine_that_joins_mid_run_gets_rollouts(ray_cluster, one_machine, he
     """A sandbox node started while a run goes on: the driver sees it at its next look at the node list, starts a
     worker there, and the node's first rollouts run while the first node's continue (its images fetched anew)."""
     import time
-
-    from conftest import SANDBOX, new_machine
 
     address = ray_cluster.get_runtime_context().gcs_address
     run = run_on_cluster(address, head_files, "run.samples=2")  # 24 rollouts: work left when the node is up
