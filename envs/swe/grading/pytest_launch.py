@@ -9,11 +9,16 @@ interpreter options), it runs through the launcher (``envs/swe/grading/pytest_la
   ``sitecustomize`` / ``usercustomize`` run the image's own from outside the repository (no start-up file a patch
   wrote runs, whatever path the row adds or an editable install's ``.pth`` puts on ``sys.path``; and no ``-S``,
   which multiprocessing would pass on to its children);
-- imports pytest, its own plugins and pluggy with no directory of the repository on ``sys.path`` (a module the
-  patch adds cannot stand in for them), then puts ``sys.path`` back as the command would have had it (the working
-  directory first for ``-m``, the row's ``PYTHONPATH``), so the code under test imports as it always did;
+- puts ``sys.path`` as the command would have had it (the working directory first for ``-m``, the row's
+  ``PYTHONPATH``) and imports pytest, its own plugins and what they need with a finder first on the meta path
+  (``BaseOnly``) that takes a top-level module from outside the repository when the repository did not have it
+  before the patch (the snapshot lists the repository's module files): a module the patch adds cannot stand in
+  for them, and a module the repository had is the copy the harness's command imports, even when the repository
+  is pytest, pluggy or another package pytest loads (the code under test is always the repository's). Such a
+  module is neither preloaded nor wrapped, and when it is pytest's own, its configuration is not pinned; each run
+  appends its mode (``isolated`` or ``harness`` and those modules) to a file the grade reads (``grading_mode``);
 - loads setuptools plugins (``pytest11`` entry points) only from package metadata that is outside the repository,
-  or inside it byte for byte as before the patch, and with the repository last on ``sys.path`` while it does;
+  or inside it byte for byte as before the patch, their modules through the same finder;
 - gives pytest its configuration explicitly: the file pytest's own ``determine_setup`` finds for these arguments
   in a mirror of the repository's configuration files as they were before the patch, copied beside the original
   (relative paths in it mean what they meant) under a name no patch can know, with ``-c`` and ``--rootdir``; no
@@ -30,7 +35,9 @@ CONFIG_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyp
 """Files whose presence or content decides pytest's configuration and rootdir (setup.py: its presence only)."""
 
 # Before the patch: the configuration files and package metadata of the repository, copied into a mirror of it
-# (``$S/mirror`` + the repository's absolute path), and those of the directories above it.
+# (``$S/mirror`` + the repository's absolute path), and those of the directories above it; and the list of the
+# repository's module files and directories (``$S/modules``), by which the launcher tells the repository's own
+# modules from those the patch adds.
 SNAPSHOT = """\
 snapshot() {
   local m="$S/mirror" f
@@ -47,6 +54,10 @@ snapshot() {
     d=${d%/*}
   done
   for f in CONFIGS; do [ -f "/$f" ] && { cp -- "/$f" "$m/$f" || return 1; }; done
+  local top
+  top=$(pwd -P) || return 1
+  find "$top" -path "$top/.git" -prune -o \\( -type d -o -name '*.py' -o -name '*.pyc' -o -name '*.so' \\
+      -o -name '*.pyd' \\) -print > "$S/modules" || return 1
   return 0
 }"""
 
@@ -174,4 +185,22 @@ def exports(scratch: str, tag: str) -> str:
                       f"export ROLLOUT_GRADE_MIRROR={shlex.quote(scratch + '/mirror')}",
                       f"export ROLLOUT_GRADE_TAG={shlex.quote(tag)}",
                       f"export ROLLOUT_GRADE_LAUNCHER={shlex.quote(scratch + '/launch.py')}",
-                      f"export ROLLOUT_GRADE_BOOT={shlex.quote(scratch + '/boot')}", FUNCTIONS])
+                      f"export ROLLOUT_GRADE_BOOT={shlex.quote(scratch + '/boot')}",
+                      f"export ROLLOUT_GRADE_BASE={shlex.quote(scratch + '/modules')}",
+                      f"export ROLLOUT_GRADE_MODE_FILE={shlex.quote(mode_path(scratch))}", FUNCTIONS])
+
+
+def mode_path(scratch: str) -> str:
+    """Where each launcher run appends its mode (``isolated``, or ``harness`` and the modules the repository
+    provides that pytest loads)."""
+    return scratch + "/mode"
+
+
+def grading_mode(text: str) -> tuple[str, list[str]]:
+    """The mode of a grading from what its launcher runs recorded: ``isolated`` when every pytest run was,
+    ``harness`` (with the repository's modules) when any was not or none ran through the launcher."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    if lines and all(words == ["isolated"] for words in lines):
+        return "isolated", []
+    modules = sorted({m for words in lines if words[0] == "harness" for m in words[1:]})
+    return "harness", modules

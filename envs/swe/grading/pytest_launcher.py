@@ -1,9 +1,16 @@
-"""rollout-farm's grading launcher: pytest as the image has it, configured as the repository was before the
-patch (``envs.swe.grading.pytest_launch`` says how). Not imported by the project: its text is copied into the grading
-runtime and run there as a script (``PYTHONPATH=BOOT python pytest_launcher.py ARGS...``), under whatever Python
-the image has, so it uses the standard library only and no syntax newer than Python 3.6."""
+"""rollout-farm's grading launcher: pytest configured as the repository was before the patch, with the copies of
+modules the harness's own command imports (``envs.swe.grading.pytest_launch`` says how). Not imported by the project:
+its text is copied into the grading runtime and run there as a script (``PYTHONPATH=BOOT python pytest_launcher.py
+ARGS...``), under whatever Python the image has, so it uses the standard library only and no syntax newer than
+Python 3.6."""
 import os
 import sys
+from importlib.machinery import PathFinder
+
+
+SELF = ("pytest", "_pytest")
+"""pytest's own top-level modules: when the repository's copy runs, its configuration is found by the repository's
+code, which the grader does not use for its own ends."""
 
 
 def _main():
@@ -26,19 +33,21 @@ def _main():
     cwd = os.getcwd()
     row = [os.path.abspath(p) if p else cwd for p in row_path.split(os.pathsep)] if row_path else []
     full = list(sys.path)
-    sys.path[:] = [p for p in full if not inside(p)]
-    try:
-        import pytest
-    except ImportError:  # pytest lives only in the repository (the repository is pytest): nothing to pin
-        sys.path[:] = full
-        import pytest
-    _preload()
-    args = list(sys.argv[1:])
-    made = _configure(args, repo, mirror, tag, cwd, inside)
+    # sys.path as the harness's own command has it: the working directory first for -m, then PYTHONPATH.
     sys.path[:] = ([cwd] if form == "m" else []) + row + [p for p in full if p not in row]
+    guard = BaseOnly([p for p in full if not inside(p)], inside, _base_modules(env.pop("ROLLOUT_GRADE_BASE", "")))
+    loaded = set(sys.modules)
+    with guard:
+        import pytest
+        _preload(guard)
+    own = sorted(set(n.partition(".")[0] for n in set(sys.modules) - loaded if guard.owns(getattr(sys.modules[n], "__spec__", None))))
+    _record(env.pop("ROLLOUT_GRADE_MODE_FILE", ""), own)
     if had_path:
         env["PYTHONPATH"] = row_path
-    _pin_plugins(repo, mirror, inside)
+    args = list(sys.argv[1:])
+    # The base configuration is found by pytest's own code: not when that code is the repository's.
+    made = [] if set(own) & set(SELF) else _configure(args, repo, mirror, tag, cwd, inside)
+    _pin_plugins(mirror, inside, guard, own)
     sys.argv[:] = [getattr(pytest, "__file__", "pytest")] + made + args
     try:
         code = pytest.main()
@@ -55,9 +64,76 @@ def _main():
     sys.exit(code)
 
 
-def _preload():
-    """pytest's own plugins and the packages it needs, from where the image has them (what its plugins import at
-    their top comes with them)."""
+class BaseOnly(object):
+    """A meta path finder, first while the launcher imports pytest, its plugins and what they need. A top-level
+    module that sys.path finds in the repository but that was not there before the patch is taken from outside
+    the repository instead: a module the patch adds cannot stand in for one of pytest's. Every other import is
+    left to the usual finders, so a module the repository had (the code under test, even when it is pluggy or
+    pytest itself) is the copy the harness's own command imports. Without the list of the repository's modules
+    before the patch, no module of the repository is taken as its own."""
+
+    def __init__(self, outside, inside, base):
+        self.outside, self.inside, self.base = outside, inside, base
+
+    def __enter__(self):
+        sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc):
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        return False
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or "." in name:
+            return None  # a submodule comes from its package's own directory
+        spec = PathFinder.find_spec(name, sys.path)
+        if spec is None or not self._in_repository(spec) or self._had(spec):
+            return None
+        return PathFinder.find_spec(name, self.outside)
+
+    def owns(self, spec):
+        """Whether the module of ``spec`` is the repository's, one it had before the patch."""
+        return spec is not None and self._in_repository(spec) and self._had(spec)
+
+    def _places(self, spec):
+        return [p for p in [spec.origin] + list(spec.submodule_search_locations or [])
+                if p and os.path.isabs(p)]
+
+    def _in_repository(self, spec):
+        return any(self.inside(p) for p in self._places(spec))
+
+    def _had(self, spec):
+        return self.base is not None and any(os.path.realpath(p) in self.base for p in self._places(spec))
+
+
+def _base_modules(path):
+    """The repository's module files and directories before the patch (absolute real paths, one per line, as
+    the snapshot listed them); None when there is no list."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as listed:
+            return set(line.rstrip("\n") for line in listed)
+    except OSError:
+        return None
+
+
+def _record(path, own):
+    """One line for the grader (appended: a test command may run pytest more than once): ``isolated``, or
+    ``harness`` and the repository's modules that pytest and its plugins loaded."""
+    if not path:
+        return
+    try:
+        with open(path, "a") as out:
+            out.write(("harness " + " ".join(own) if own else "isolated") + "\n")
+    except OSError:
+        pass
+
+
+def _preload(guard):
+    """pytest's own plugins and the packages it needs, loaded while ``guard`` is on (what its plugins import at
+    their top comes with them); none that is the repository's own (the code under test loads when the tests do)."""
     import importlib
 
     names = ["pluggy", "iniconfig", "py", "tomli", "exceptiongroup", "_pytest.config", "_pytest.config.findpaths"]
@@ -68,10 +144,16 @@ def _preload():
     except Exception:
         pass
     for name in names:
+        top = name.partition(".")[0]
+        if top not in sys.modules:
+            spec = PathFinder.find_spec(top, sys.path)
+            if spec is not None and guard.owns(spec):
+                continue
         try:
             importlib.import_module(name)
         except Exception:
             pass
+
 
 
 def _configure(args, repo, mirror, tag, cwd, inside):
@@ -188,9 +270,10 @@ def _without_options(args, names):
     return out
 
 
-def _pin_plugins(repo, mirror, inside):
-    """setuptools plugins only from metadata outside the repository or unchanged since before the patch; loaded
-    with the repository last on sys.path."""
+def _pin_plugins(mirror, inside, guard, own):
+    """setuptools plugins only from metadata outside the repository or unchanged since before the patch; their
+    modules loaded with ``guard`` on. Nothing of this in a module the repository has (``own``): its code is what
+    the tests test."""
     def allowed(dist):
         where = getattr(dist, "_path", None)
         if where is None or not inside(str(where)):
@@ -206,6 +289,8 @@ def _pin_plugins(repo, mirror, inside):
             return False
 
     for module_name in ("importlib.metadata", "importlib_metadata"):
+        if module_name.partition(".")[0] in own:
+            continue
         try:
             module = __import__(module_name, fromlist=["distributions"])
         except Exception:
@@ -217,6 +302,8 @@ def _pin_plugins(repo, mirror, inside):
         def distributions(*a, __original=original, **k):
             return (d for d in __original(*a, **k) if allowed(d))
         module.distributions = distributions
+    if "pluggy" in own:
+        return
     try:
         import pluggy
         manager = pluggy.PluginManager
@@ -224,16 +311,12 @@ def _pin_plugins(repo, mirror, inside):
     except Exception:
         return
 
-    def load_outside(self, group, name=None):
-        # The repository last: a module the patch adds cannot stand in for a plugin the image has, and a plugin
-        # the repository itself registered (its own, from metadata unchanged since before the patch) still loads.
-        saved = list(sys.path)
-        sys.path[:] = [p for p in saved if not inside(p)] + [p for p in saved if inside(p)]
-        try:
+    def load_guarded(self, group, name=None):
+        # A module the patch adds cannot stand in for a plugin the image has; a plugin the repository itself
+        # registered (its own, from metadata unchanged since before the patch) loads as the harness loads it.
+        with guard:
             return load(self, group, name)
-        finally:
-            sys.path[:] = saved
-    manager.load_setuptools_entrypoints = load_outside
+    manager.load_setuptools_entrypoints = load_guarded
 
 
 if __name__ == "__main__":
