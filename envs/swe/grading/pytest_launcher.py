@@ -7,7 +7,6 @@ import os
 import sys
 from importlib.machinery import PathFinder
 
-
 SELF = ("pytest", "_pytest")
 """pytest's own top-level modules: when the repository's copy runs, its configuration is found by the repository's
 code, which the grader does not use for its own ends."""
@@ -40,7 +39,8 @@ def _main():
     with guard:
         import pytest
         _preload(guard)
-    own = sorted(set(n.partition(".")[0] for n in set(sys.modules) - loaded if guard.owns(getattr(sys.modules[n], "__spec__", None))))
+    new = [(n, sys.modules[n]) for n in set(sys.modules) - loaded]
+    own = sorted(set(n.partition(".")[0] for n, m in new if guard.owns(getattr(m, "__spec__", None))))
     _record(env.pop("ROLLOUT_GRADE_MODE_FILE", ""), own)
     if had_path:
         env["PYTHONPATH"] = row_path
