@@ -2,7 +2,8 @@
 
 Code under test runs inside pytest's process and could rewrite outcomes in memory (a patched report object, a
 hook on the live plugin manager). Each grading adds, to one or two of the instance's collected test files, a test
-that must pass and three that must fail (in the three ways a test fails: so forcing only one kind of failure is
+that must pass (where no renamed copy of a real PASS_TO_PASS test, ``envs.swe.grading.twins``, stands for it) and
+three that must fail (in the three ways a test fails: so forcing only one kind of failure is
 caught too), named like the instance's own tests from their words (new per grading, so no patch can know them),
 appended after the test patch. Whatever forces outcomes
 forces theirs too: a must-fail canary reported passing, a must-pass canary failing, or canaries missing from a
@@ -56,26 +57,37 @@ class CanaryFile:
 
 
 def plan(command: str, test_ids: Sequence[str], skip: Iterable[str] = (), rng: random.Random | None = None,
-         files: int = 2, prefer: Sequence[str] = ()) -> list[CanaryFile]:
+         files: int = 2, prefer: Sequence[str] = (), must_pass: bool = True,
+         taken: Iterable[str] = ()) -> list[CanaryFile]:
     """Canaries for up to ``files`` of the test files named by ``test_ids`` that ``command`` collects whole (named
     on it as a file or under a directory named on it, or no path named at all), except those in ``skip``; none when
     the command narrows what runs (``NARROWING``) or is not a plain pytest command line. Files of the ``prefer`` ids
-    are chosen first."""
+    are chosen first. ``must_pass`` false: no must-pass canary (renamed copies of real PASS_TO_PASS tests,
+    ``envs.swe.grading.twins``, stand for it, and no generator's shape marks them); names never in ``taken``."""
     rng = rng or random.SystemRandom()
+    by_file = collected(command, test_ids, skip)
+    # Files of FAIL_TO_PASS tests first: none of them can be marked xfail as a whole (a must-fail canary there would
+    # be reported XFAIL, which counts as passing).
+    first = [f for f in sorted(by_file) if any(t.split("::", 1)[0] == f for t in prefer)] or sorted(by_file)
+    chosen = rng.sample(first, min(files, len(first)))
+    return [_canaries(path, by_file[path], rng, must_pass, set(taken)) for path in chosen]
+
+
+def collected(command: str, test_ids: Sequence[str], skip: Iterable[str] = ()) -> dict[str, list[str]]:
+    """``test_ids`` by test file, for the files ``command`` collects whole (named on it as a file or under a directory
+    named on it, or no path named at all), except those in ``skip``; none when the command narrows what runs
+    (``NARROWING``) or is not a plain pytest command line: where a test of the grader's own surely runs."""
     try:
         words = shlex.split(command, comments=True)
     except ValueError:
-        return []
+        return {}
     runner = next((i for i, w in enumerate(words) if re.fullmatch(r"(.*/)?py\.?test", w)
                    or (w == "-m" and i + 1 < len(words) and words[i + 1] in ("pytest", "py.test"))), None)
     if runner is None:
-        return []
-    options = words[runner + (2 if words[runner] == "-m" else 1):]
-    if any(w in ("&&", "||", ";", "|") or _narrows(w) for w in options):
-        return []
-    words = options
-    runner = -1
-    rest = words[runner + 1:]
+        return {}
+    rest = words[runner + (2 if words[runner] == "-m" else 1):]
+    if any(w in ("&&", "||", ";", "|") or _narrows(w) for w in rest):
+        return {}
     positional = [w for i, w in enumerate(rest) if not w.startswith("-") and (i == 0 or rest[i - 1] not in VALUED)]
     named = [w for w in positional if "::" not in w] if positional else None
     by_file: dict[str, list[str]] = {}
@@ -83,11 +95,7 @@ def plan(command: str, test_ids: Sequence[str], skip: Iterable[str] = (), rng: r
         path = test.split("::", 1)[0]
         if "::" in test and path.endswith(".py") and path not in skip and _collected(path, named):
             by_file.setdefault(path, []).append(test)
-    # Files of FAIL_TO_PASS tests first: none of them can be marked xfail as a whole (a must-fail canary there would
-    # be reported XFAIL, which counts as passing).
-    first = [f for f in sorted(by_file) if any(t.split("::", 1)[0] == f for t in prefer)] or sorted(by_file)
-    chosen = rng.sample(first, min(files, len(first)))
-    return [_canaries(path, by_file[path], rng) for path in chosen]
+    return by_file
 
 
 def _narrows(word: str) -> bool:
@@ -107,15 +115,16 @@ def _collected(path: str, named: Sequence[str] | None) -> bool:
     return False
 
 
-def _canaries(path: str, tests: Sequence[str], rng: random.Random) -> CanaryFile:
-    """One must-pass and three must-fail canaries (in random order), as a class of tests if the file's tests are in
-    classes. The must-fail ones fail in the three ways a test fails (an assertion, an expected exception not raised,
-    an exception raised), so forcing only one kind of failure to pass is caught too."""
+def _canaries(path: str, tests: Sequence[str], rng: random.Random, must_pass: bool = True,
+              taken: set[str] | None = None) -> CanaryFile:
+    """One must-pass (unless not ``must_pass``) and three must-fail canaries (in random order), as a class of tests
+    if the file's tests are in classes. The must-fail ones fail in the three ways a test fails (an assertion, an
+    expected exception not raised, an exception raised), so forcing only one kind of failure to pass is caught too."""
     parts = [t.split("::")[1:] for t in tests]
     functions = [re.sub(r"\[.*", "", p[-1]) for p in parts]
     vocabulary = [w for f in functions for w in f.split("_")[1:-1] if w.isalpha()] or list(WORDS)
-    taken = set(functions)
-    plan_ = [(True, rng.choice(PASSING_KINDS)), *((False, k) for k in FAILING_KINDS)]
+    taken = {*functions, *(taken or ())}
+    plan_ = [*([(True, rng.choice(PASSING_KINDS))] if must_pass else []), *((False, k) for k in FAILING_KINDS)]
     rng.shuffle(plan_)
     classes = [p[0] for p in parts if len(p) > 1]
     owner = _class_name(rng.choice(classes), rng) if classes else None

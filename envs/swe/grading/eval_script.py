@@ -12,6 +12,7 @@ from envs.swe.grading.canaries import CanaryFile, step_script
 from envs.swe.grading.patch import reset_script, restore_script, save_script
 from envs.swe.grading.protect import section_script
 from envs.swe.grading.pytest_launch import boot_files, exports, launcher, snapshot_function
+from envs.swe.grading.twins import Twin, step_script as twin_script
 from envs.swe.logs.pytest_log import END_MARKER, START_MARKER
 from envs.swe.rows.v5 import eval_body, report_export
 
@@ -69,7 +70,8 @@ class EvalScript:
     ``snapshot``: what decides pytest's configuration and plugins, copied before the patch,
     ``envs.swe.grading.pytest_launch``), ``reset`` (the test patch's files and ``reset_paths`` put
     back as at ``base``, the pytest sections of ``section_paths`` restored; when there is any), ``test_patch``
-    (when there is one), ``canaries`` (``envs.swe.grading.canaries``; the test patch's copy removed), ``tests`` (pytest
+    (when there is one), ``twins`` (``envs.swe.grading.twins``), ``canaries`` (``envs.swe.grading.canaries``; the
+    test patch's copy removed), ``tests`` (pytest
     caught and run by the launcher; the log into a file, under ``eval_timeout``; with ``report``, pytest also
     writes a junitxml report to a path no patch can name in advance), ``report`` (that report printed) and
     ``log`` (the log printed). Each preparation step runs under ``setup_timeout`` and prints at most
@@ -93,6 +95,7 @@ class EvalScript:
     eval_script: str = ""
     checkout: Sequence[str] = ()
     canaries: Sequence[CanaryFile] = ()
+    twins: Sequence[Twin] = ()
     name: str = field(default_factory=lambda: secrets.token_hex(8))
     """Names the scratch directory and the report: random, and not the token."""
     tag: str = field(default_factory=lambda: secrets.token_hex(6))
@@ -128,7 +131,7 @@ class EvalScript:
     def limit(self) -> float:
         """Seconds the whole script may take: every in-container limit added up, plus slack. A backstop only:
         each step's own ``timeout`` stops it first."""
-        steps = len(self.ladder) + len(self.checkout) + 6  # snapshot, save, restore, reset, test patch, canaries
+        steps = len(self.ladder) + len(self.checkout) + 7  # snapshot, save, restore, reset, test patch, twins, canaries
         return self.eval_timeout + steps * (self.setup_timeout + KILL_GRACE) + KILL_GRACE + 30
 
     def resets(self) -> bool:
@@ -150,8 +153,9 @@ class EvalScript:
         lines = ["# rollout-farm grading: each step's output between markers, the test log last", "exec 2>&1",
                  f"P={shlex.quote(self.prefix)}", f"S={shlex.quote(self.scratch)}",
                  _STEP.replace("STEPCAP", str(STEP_CAP)), snapshot_function(),
-                 # The canaries' names and the test patch (which tells them from the instance's tests) are gone
-                 # before the tests start: only this script, in the shell's memory, held them.
+                 # The canaries' and twins' names and the test patch (which tells them from the instance's tests)
+                 # are gone before the tests start: only this script, in the shell's memory, held them.
+                 "twins() {", twin_script(self.twins), "}",
                  "canaries() {", step_script(self.canaries), 'rm -f -- "$S/test.patch"', "}",
                  "unpack() {", 'mkdir -p -- "$S/boot" || return 1']
         for name, content in files.items():
@@ -167,7 +171,8 @@ class EvalScript:
         if self.test_patch.strip():
             lines += [f'step test_patch {self._timeout()} {self.git} apply --verbose "$S/test.patch"',
                       '[ "$r" = 0 ] || exit 0']
-        lines += ["step canaries canaries", '[ "$r" = 0 ] || exit 0']
+        lines += ["step twins twins",
+                  "step canaries canaries", '[ "$r" = 0 ] || exit 0']
         report = ""
         if self.report:
             report = ("printf '%s begin report %s\\n' \"$P\" \"${EPOCHREALTIME:-$SECONDS}\"\n"

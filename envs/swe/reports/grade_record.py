@@ -11,6 +11,19 @@ from rollout.records import Record
 SWEBENCH5 = "swebench-5"
 
 
+class TwinPair(Record):
+    """A test and its renamed twin (``envs.swe.grading.twins``), one parameter id, as the run reported them."""
+
+    test: str
+    twin: str
+    test_status: str | None = None
+    """In the log (PASSED, FAILED, ...)."""
+    twin_status: str | None = None
+    test_report: str | None = None
+    """In pytest's junitxml report (passed, failure, error, skipped, xfail; None: not there or no report)."""
+    twin_report: str | None = None
+
+
 class Grade(Record):
     """One instance graded. The first fields are the harness's report.json fields; the rest say how."""
 
@@ -53,6 +66,11 @@ class Grade(Record):
     """Tests of the grader's own added to the run (``envs.swe.grading.canaries``), half of them bound to fail."""
     tampering: list[str] = Field(default_factory=list)
     """What the canaries showed against the run: outcomes forced in the test process (unresolved when any)."""
+    twins: list[TwinPair] = Field(default_factory=list)
+    """The instance's tests run beside renamed, relocated copies of themselves, with both outcomes: one passing where
+    the other fails is in ``tampering``."""
+    untwinned: dict[str, str] = Field(default_factory=dict)
+    """Tests planned a twin that got none (their outcome may honestly depend on their name or place): id -> why."""
     report_found: bool | None = None
     """pytest wrote its junitxml report (None: not asked for, or the tests timed out)."""
     test_output: str = ""
@@ -95,4 +113,6 @@ class Grade(Record):
             fields["unresolved_reason"] = self.unresolved_reason
         if self.tampering:
             fields["tampering"] = self.tampering
+        if self.twins:
+            fields["twins"] = [p.model_dump() for p in self.twins]
         return content

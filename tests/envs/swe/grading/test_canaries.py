@@ -63,9 +63,10 @@ def mini_rows(tmp_path_factory) -> list[dict]:
 
 
 def test_gold_patches_are_never_flagged(mini_rows, tmp_path):
-    """Every bundled gold patch, graded five times (new canaries each time) in a local workspace: all resolve, none
-    flagged, each grading with its canaries in place."""
-    flagged, graded_count = [], 0
+    """Every bundled gold patch, graded five times (new canaries and twins each time) in a local workspace: all
+    resolve, none flagged, each grading with its canaries in place and its FAIL_TO_PASS tests run beside their
+    renamed twins (where a test may honestly depend on its name the grade says why it has none)."""
+    flagged, graded_count, twinned = [], 0, set()
     for row in mini_rows:
         for attempt in range(5):
             def make(row=row):
@@ -74,12 +75,19 @@ def test_gold_patches_are_never_flagged(mini_rows, tmp_path):
                 return PreparedRepoRuntime(inner, row["repo_path"], row["base_commit"], "testbed")
             graded = asyncio.run(grade(row, row["patch"], make, repo_dir="testbed", eval_timeout=120))
             graded_count += 1
-            assert graded.canaries == 4, (row["instance_id"], graded.test_output[-2000:])
+            # Three must-fail canaries; renamed copies of real PASS_TO_PASS tests stand for the must-pass one.
+            assert graded.canaries == 3, (row["instance_id"], graded.test_output[-2000:])
+            assert any(p.test in row["PASS_TO_PASS"] for p in graded.twins), graded.twins
+            pairs = {p.test for p in graded.twins}
+            assert all(t in pairs or t.split("[")[0] in graded.untwinned for t in row["FAIL_TO_PASS"]), (
+                row["instance_id"], graded.twins, graded.untwinned)
+            twinned.update(t for t in row["FAIL_TO_PASS"] if t in pairs)
             if not graded.resolved or graded.tampering:
                 flagged.append((row["instance_id"], attempt, graded.unresolved_reason))
             assert graded.test_returncode == 0, graded.test_output[-2000:]  # the canaries' own failures left out
     assert graded_count == 5 * len(mini_rows) >= 60
     assert flagged == []
+    assert twinned == {t for row in mini_rows for t in row["FAIL_TO_PASS"]}  # every one of them, some grading
 
 
 @pytest.mark.parametrize("style", ["unittest", "plain class", "functions"])
