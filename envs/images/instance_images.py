@@ -18,9 +18,10 @@ from envs.images.image_gc import LABEL, prune_instance_images, recently_used, re
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
 from envs.images.sources import Slots, fetch_image
 from envs.runtimes.output import decode
+from envs.runtimes.past_repo import MissingCommit, fresh_repo_script, past_pack
 from rollout.data.carried import local_path
 from rollout.data.dataset import load_tasks
-from rollout.errors import ConfigError
+from rollout.errors import ConfigError, ContainerStartError
 from rollout.records import Task
 
 GIT_USER = ("rollout-farm agent", "agent@rollout-farm.invalid")
@@ -125,25 +126,20 @@ def remove_leftovers(client: Any, ident: str) -> None:
 
 
 def _prepare_repo(source: Path, commit: str, dest: Path) -> str:
-    """Clone (a directory or a bundle), check out ``commit`` on the source's branch name, and drop every
-    ref and object the commit cannot reach, so the image holds no future history (no leaked fix)."""
-    _git(None, "-c", "safe.directory=*", "clone", "--quiet", "--no-hardlinks", "--no-checkout", str(source), str(dest))
+    """Make ``dest`` a new repository holding only ``commit``'s past (the source's past-only pack), checked out
+    on the source's branch name, so the image holds no future history (no leaked fix): its full id."""
     try:
-        full = _git(dest, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
-    except ImageError:
+        past = past_pack(str(source), commit)
+    except MissingCommit:
         raise ImageError(f"base_commit {commit} is not in {source}") from None
-    branch = _git(dest, "symbolic-ref", "--quiet", "--short", "HEAD", check=False) or "main"
-    _git(dest, "checkout", "--quiet", "-B", branch, full)
-    _git(dest, "remote", "remove", "origin")
-    others = [b for b in _git(dest, "for-each-ref", "--format=%(refname:short)", "refs/heads").split() if b != branch]
-    future_tags = _git(dest, "tag", "--no-merged", full).split()
-    if others:
-        _git(dest, "branch", "--quiet", "-D", *others)
-    if future_tags:
-        _git(dest, "tag", "--delete", *future_tags)
-    _git(dest, "reflog", "expire", "--expire=now", "--all")
-    _git(dest, "gc", "--quiet", "--prune=now")
-    return full
+    except ContainerStartError as exc:
+        raise ImageError(str(exc)) from None
+    script = fresh_repo_script(past.pack, past.idx, str(dest), past)
+    done = subprocess.run(["sh", "-c", script], capture_output=True, timeout=1800,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+    if done.returncode != 0:
+        raise ImageError(f"preparing {source} at {commit} failed: {last_lines(decode(done.stderr), 5)}")
+    return past.commit
 
 
 def _dockerfile(base: str, commit: str, install_cmd: Any, labels: dict[str, str]) -> str:
@@ -162,15 +158,6 @@ def _dockerfile(base: str, commit: str, install_cmd: Any, labels: dict[str, str]
     if install_cmd:
         lines.append("RUN " + json.dumps(["bash", "-lc", str(install_cmd)]))
     return "\n".join(lines) + "\n"
-
-
-def _git(cwd: Path | None, *args: str, check: bool = True) -> str:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, env=env, timeout=1800)
-    if check and done.returncode != 0:
-        command = next(a for a in args if not a.startswith("-") and "=" not in a)
-        raise ImageError(f"git {command} failed: {last_lines(decode(done.stderr), 5)}")
-    return decode(done.stdout).strip() if done.returncode == 0 else ""
 
 
 MAX_PARALLEL_BUILDS = 2

@@ -6,33 +6,32 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import shlex
 import subprocess
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from envs.runtimes.output import decode
+from envs.runtimes.past_repo import NO_COMMIT, fresh_repo_script, past_pack
 from rollout.data.carried import local_path, parse_ref
 from rollout.errors import ContainerStartError
 from rollout.protocols import ExecResult, Runtime
 
 GIT_USER = ("rollout-farm agent", "agent@rollout-farm.invalid")
 """The identity commits get in a prepared repository, unless the runtime's git config names one."""
-_NO_COMMIT = 3  # the prepare script's exit code when base_commit is not in the repository
 
 
 class PreparedRepoRuntime:
-    """Wraps ``inner``: ``start()`` starts it, then clones ``repo_path`` (a git repository or bundle on this
-    host) into ``repo_dir`` (relative to the runtime's workdir, or absolute) and checks out ``base_commit``
-    on the source's branch name; the clone copies every object file (no hard links), so nothing done in the
-    workspace reaches the source. Branches and tags that ``base_commit`` cannot reach are dropped and their
-    objects pruned, so ``git log --all`` shows no fix from the future; ``origin`` is removed.
+    """Wraps ``inner``: ``start()`` starts it, then makes ``repo_dir`` (relative to the runtime's workdir, or
+    absolute) a new repository holding only ``base_commit``'s past, checked out on the source's branch name:
+    ``repo_path`` (a git repository or bundle on this host) yields a past-only pack on the host once
+    (``envs.runtimes.past_repo``), copied into the new repository, so no object, ref, tag, note, stash or reflog
+    past the base ever enters the runtime, and no file is shared with the source (no hard links).
 
     Every other Runtime method, ``workdir`` and any other attribute (``config``, ``workspace``...) are the
-    inner runtime's. ``copy_in``: send the repository into the runtime as a bundle (containers) rather than
-    clone it from its host path; none: clone from the host path only when the runtime's workdir is a host
-    directory (a local workspace). A missing ``repo_path`` or ``base_commit`` is a non-retryable
-    ``ContainerStartError``."""
+    inner runtime's. ``copy_in``: send the pack into the runtime (containers) rather than copy it from its
+    host path; none: use the host path only when the runtime's workdir is a host directory (a local workspace).
+    A missing ``repo_path`` or ``base_commit`` is a non-retryable ``ContainerStartError``."""
 
     def __init__(self, inner: Runtime, repo_path: str, base_commit: str, repo_dir: str = "testbed", *,
                  copy_in: bool | None = None, timeout: float = 600.0):
@@ -63,18 +62,20 @@ class PreparedRepoRuntime:
             raise ContainerStartError(f"repo_path {self.repo_path} does not exist", retryable=False)
         if not self.base_commit:
             raise ContainerStartError(f"no base_commit to check {self.repo_path} out at", retryable=False)
-        source, scratch = self.repo_path, None
+        past = await asyncio.to_thread(past_pack, self.repo_path, self.base_commit)  # MissingCommit: not retried
+        pack, idx, move = past.pack, past.idx, False
         if self._copies_in():
-            scratch = f"/tmp/rollout-src-{secrets.token_hex(6)}.bundle"
-            await self.inner.write_file(scratch, await asyncio.to_thread(bundle_bytes, self.repo_path))
-            source = scratch
-        done = await self.inner.exec(_prepare_script(source, self.repo_dir, self.base_commit, scratch),
-                                     timeout=self.timeout)
-        if done.returncode == _NO_COMMIT:
+            scratch = f"/tmp/rollout-past-{secrets.token_hex(6)}"
+            pack, idx, move = f"{scratch}.pack", f"{scratch}.idx", True
+            for host, there in ((past.pack, pack), (past.idx, idx)):
+                await self.inner.write_file(there, await asyncio.to_thread(Path(host).read_bytes))
+        script = fresh_repo_script(pack, idx, self.repo_dir, past, identity=GIT_USER, move=move)
+        done = await self.inner.exec(script, timeout=self.timeout)
+        if done.returncode == NO_COMMIT:
             raise ContainerStartError(f"base_commit {self.base_commit} is not in {self.repo_path}", retryable=False)
         if done.returncode != 0 or done.timed_out:
             why = f"took more than {self.timeout:g}s" if done.timed_out else f"exit {done.returncode}"
-            raise ContainerStartError(f"cloning {self.repo_path} into {self.repo_dir} failed ({why}): "
+            raise ContainerStartError(f"preparing {self.repo_path} in {self.repo_dir} failed ({why}): "
                                       f"{done.output[-1500:]}")
         self.prepared = True
 
@@ -97,31 +98,6 @@ class PreparedRepoRuntime:
         # A local workspace is a host directory: the host path is visible there, and cloning it is cheapest.
         workspace = getattr(self.inner, "workspace", None)
         return not (isinstance(workspace, str) and self.workdir == workspace and os.path.isdir(workspace))
-
-
-def _prepare_script(source: str, dest: str, commit: str, scratch: str | None) -> str:
-    q = shlex.quote
-    name, email = GIT_USER
-    lines = [
-        "set -e",
-        # --no-hardlinks: a local clone would share the source's object files (inodes); the agent can chmod
-        # and overwrite them, corrupting the dataset's repository for every later rollout.
-        f"git -c safe.directory='*' clone -q --no-hardlinks --no-checkout {q(source)} {q(dest)}",
-        f"cd {q(dest)}",
-        f'full=$(git rev-parse -q --verify {q(commit + "^{commit}")}) || exit {_NO_COMMIT}',
-        'branch=$(git symbolic-ref -q --short HEAD || echo main)',
-        'git checkout -q -B "$branch" "$full"',
-        "git remote remove origin",
-        # Refs the base cannot reach would show the fix: delete them, then their objects (only then: gc costs).
-        "future=$(git for-each-ref --no-merged \"$full\" --format='%(refname)')",
-        ('if [ -n "$future" ]; then for ref in $future; do git update-ref -d "$ref"; done;'
-         " git reflog expire --expire=now --all; git gc -q --prune=now; fi"),
-        f"git config user.name >/dev/null || git config user.name {q(name)}",
-        f"git config user.email >/dev/null || git config user.email {q(email)}",
-    ]
-    if scratch:
-        lines.append(f"rm -f {q(scratch)}")
-    return "\n".join(lines) + "\n"
 
 
 def bundle_bytes(repo_path: str) -> bytes:
