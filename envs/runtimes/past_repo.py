@@ -122,6 +122,43 @@ def fresh_repo_script(pack: str, idx: str, dest: str, past: PastPack, identity: 
     return "\n".join(lines) + "\n"
 
 
+def in_place_script(repo_dir: str, base: str, identity: tuple[str, str] | None = None) -> str:
+    """A POSIX shell script that gives the repository at ``repo_dir`` (an image's, which may hold anything) a new
+    ``.git`` holding only the past of HEAD and of ``base``: one pack of what they reach, HEAD's branch, the tags they
+    reach (lightweight), the old ``info/exclude``; the working tree is left as it is. For images this project did not
+    build: the old ``.git`` is removed, so the container no longer sees it (its image layer still holds it)."""
+    q = shlex.quote
+    peeled = "%(if)%(*objecttype)%(then)%(*objecttype) %(*objectname)%(else)%(objecttype) %(objectname)%(end)"
+    lines = [
+        "set -e",
+        f"cd {q(repo_dir)}",
+        f"base=$(git rev-parse -q --verify {q(base + '^{commit}')}) || exit {NO_COMMIT}",
+        "head=$(git rev-parse -q --verify 'HEAD^{commit}')",
+        "branch=$(git symbolic-ref -q --short HEAD || echo main)",
+        'old=$(git rev-parse --absolute-git-dir)',
+        'new=$(mktemp -d "$PWD/.git-past.XXXXXX")',  # beside .git: the move below is a rename, not a copy
+        'trap \'rm -rf "$new"\' EXIT',
+        'git init -q "$new"',
+        'printf "%s\\n%s\\n" "$head" "$base" |'
+        ' git pack-objects --revs --delta-base-offset -q "$new/.git/objects/pack/pack" >/dev/null',
+        f"git for-each-ref --merged \"$head\" refs/tags --format='{peeled} %(refname)' |"
+        " sed -n 's/^commit \\([0-9a-f]*\\) \\(.*\\)$/create \\2 \\1/p' > \"$new/tags\"",
+        'cp "$old/info/exclude" "$new/.git/info/exclude" 2>/dev/null || true',
+        'rm -rf "$old" .git',
+        'mv "$new/.git" .git',
+        'git update-ref "refs/heads/$branch" "$head"',
+        'git symbolic-ref HEAD "refs/heads/$branch"',
+        'git update-ref --stdin < "$new/tags"',
+        "git read-tree HEAD",  # the index from HEAD; the working tree, whatever the image left in it, untouched
+        "git update-index -q --refresh >/dev/null || true",
+    ]
+    if identity:
+        name, email = identity
+        lines += [f"git config user.name >/dev/null || git config user.name {q(name)}",
+                  f"git config user.email >/dev/null || git config user.email {q(email)}"]
+    return "\n".join(lines) + "\n"
+
+
 def _past_tags(repo: str, full: str) -> dict[str, str]:
     listed = _git(repo, "for-each-ref", "--merged", full, "refs/tags",
                   "--format=%(refname)%00%(objecttype)%00%(objectname)%00%(*objecttype)%00%(*objectname)")

@@ -16,7 +16,9 @@ from typing import Any, Callable, Literal
 from pydantic import Field, field_validator
 
 from envs.images.image_gc import parse_size
-from envs.images.image_names import image_for
+from envs.images.image_names import NAME_FIELDS, image_for
+from envs.runtimes.past_repo import in_place_script
+from envs.runtimes.prepared import GIT_USER, PreparedRepoRuntime
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
 from envs.swe.diffs import diff_paths
 from envs.swe.rows.shapes import agent_base, check_shape, ref_problem, required_fields, start_ref
@@ -44,6 +46,10 @@ class SweEnvironmentConfig(StrictModel):
     """Environment variables of every command."""
     build_images: bool = True
     """Build a missing instance image from the row's ``repo_path`` (once per process) before starting."""
+    past_only: bool = True
+    """In a container of an image this project did not build (the row names it, or has no ``repo_path``), give the
+    repository a new ``.git`` holding only the base commit's past before the agent starts: a registry's image may
+    carry the upstream fix in its history. Costs one pack of that history per rollout; our own images need none."""
     image_budget: str | None = None
     """Disk budget for per-instance images on each node, e.g. ``20G``; least recently used ones are removed
     beyond it (checked after each build). None: no limit."""
@@ -139,8 +145,6 @@ class SweEnvironment:
         a container of the instance's image, or a workspace where the repository is cloned at base_commit."""
         if self.images:
             return self.builder(image=image_for(task.data), workdir="/testbed")
-        from envs.runtimes.prepared import PreparedRepoRuntime
-
         repo = task.data.get("repo_path")
         if not repo:
             raise ValueError(f"task {task.task_id} has no repo_path: a runtime without images cannot get its "
@@ -170,6 +174,12 @@ class SweEnvironment:
                                      cwd=self.repo_dir, timeout=120)
             if out.returncode != 0:
                 raise ContainerStartError(f"cannot check out {ref} in the image: {out.output[-500:]}", False)
+        if self.images and self.config.past_only and _foreign_image(task):
+            script = in_place_script(self.repo_dir, agent_base(_ident(task), task.data), GIT_USER)
+            out = await runtime.exec(script, timeout=max(self.config.command_timeout, 600.0))
+            if out.returncode != 0 or out.timed_out:
+                raise ContainerStartError(f"cannot keep only the past of {self.repo_dir} in the image: "
+                                          f"{out.output[-500:]}", retryable=out.timed_out)
         reset.info.update({"cwd": self.repo_dir, "repo": task.data.get("repo", ""), "image": _image_of(runtime)})
         return reset
 
@@ -192,6 +202,12 @@ class SweEnvironment:
             if out.returncode == 0 and out.output.strip():
                 return out.output, "diff"
         return None, "none"
+
+
+def _foreign_image(task: Task) -> bool:
+    """Whether the task's image is one this project did not build (``envs.images.instance_images`` builds a row
+    with ``repo_path`` and no image name, already past-only)."""
+    return not task.data.get("repo_path") or any(task.data.get(k) for k in NAME_FIELDS)
 
 
 def _ident(task: Task) -> str:

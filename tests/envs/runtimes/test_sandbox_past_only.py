@@ -1,5 +1,6 @@
-"""The sandbox holds only the past: every way a sandbox gets its repository gives it exactly the base commit's
-objects and one branch, whatever the source held past the base (commits, tags, branches, notes, a stash)."""
+"""The sandbox holds only the past: every way a sandbox gets its repository (a prepared workspace or container, an
+instance image, a dataset's own image) gives it exactly the base commit's objects, one branch and the base's tags,
+whatever the source held past the base (commits, tags, branches, notes, a stash, a remote, a reflog)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from envs.runtimes.docker.runtime import DockerRuntime
 from envs.runtimes.local import LocalRuntime
 from envs.runtimes.past_repo import MissingCommit, past_pack
 from envs.runtimes.prepared import PreparedRepoRuntime
+from envs.swe.env import SweEnvironment, SweEnvironmentConfig
+from rollout.records import Task
 
 FIX_LINE = "    return total_of_the_future_7f3a9c  # upstream fix"
 """The fix's added line: no file a sandbox can read may hold it (as text: git objects are compressed, so the
@@ -209,6 +212,50 @@ def test_an_instance_images_container_holds_exactly_the_base_commits_past(histor
             return await look_inside(runtime, "/testbed", grep_script("/*", CONTAINER_TOPS))
         finally:
             await runtime.close()
+
+    seen, leaks = asyncio.run(scenario())
+    assert_past_only(seen, leaks, history)
+
+
+@pytest.fixture
+def dataset_image(history, base_image, tmp_path):
+    """An image as a registry would ship it (built here: there is no registry): /testbed a full clone of the
+    source reset to the base, so its remote refs, tags, reflog and ORIG_HEAD all lead past the base."""
+    tag = f"rollout-farm-tests/dataset-image:past-{uuid.uuid4().hex[:8]}"
+    testbed = tmp_path / "context" / "testbed"
+    git(tmp_path, "clone", "-q", "--no-hardlinks", str(history["repo"]), str(testbed))
+    git(testbed, "reset", "-q", "--hard", history["base"])
+    Path(tmp_path, "context", "Dockerfile").write_text(
+        f"FROM {base_image}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
+        "RUN git config --system --add safe.directory '*'\n")
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(tmp_path / "context")], check=True, capture_output=True)
+    yield tag
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+    if shutil.which("podman"):
+        subprocess.run(["podman", "rmi", "-f", tag], capture_output=True)
+
+
+@pytest.mark.parametrize("engine", [pytest.param("docker", marks=pytest.mark.docker),
+                                    pytest.param("podman", marks=pytest.mark.podman)])
+def test_a_dataset_images_repository_holds_only_the_past_once_the_agent_starts(history, dataset_image, request,
+                                                                               engine):
+    if engine == "podman":
+        request.getfixturevalue("podman_available")
+        podman_copy(dataset_image)
+    row = {"instance_id": "demo__calc-1", "repo": "demo/calc", "base_commit": history["base"],
+           "image_name": dataset_image, "problem_statement": "total is 0"}
+    task = Task(task_id=row["instance_id"], data=row)
+
+    def builder(**overrides):
+        return container(engine, overrides.pop("image", dataset_image), overrides.pop("workdir", "/testbed"))
+
+    async def scenario():
+        env = SweEnvironment(SweEnvironmentConfig(build_images=False), runtime_builder=builder)
+        try:
+            await env.reset(task)
+            return await look_inside(env.runtime, "/testbed", grep_script("/*", CONTAINER_TOPS))
+        finally:
+            await env.close()
 
     seen, leaks = asyncio.run(scenario())
     assert_past_only(seen, leaks, history)
