@@ -149,7 +149,9 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         made = run.steps["twins"].output if "twins" in run.steps else ""
         result.untwinned = twin_tests.skipped(made, twinned)
         if not result.timed_out:
-            result.twins, mismatched = twin_tests.evidence(twin_tests.placed(made, twinned), logged, cases)
+            # A log line the report does not confirm is discounted already (its own reason): twins weigh the rest.
+            counted = {t: s for t, s in logged.items() if t not in unconfirmed_tests}
+            result.twins, mismatched = twin_tests.evidence(twin_tests.placed(made, twinned), counted, cases)
             result.tampering = canary_tests.evidence(placed, logged, cases) + mismatched
         own = {c.node_id for c in placed}
         if (result.test_returncode == 1 and placed and not result.tampering

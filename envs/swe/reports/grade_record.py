@@ -65,7 +65,8 @@ class Grade(Record):
     canaries: int = 0
     """Tests of the grader's own added to the run (``envs.swe.grading.canaries``), half of them bound to fail."""
     tampering: list[str] = Field(default_factory=list)
-    """What the canaries showed against the run: outcomes forced in the test process (unresolved when any)."""
+    """What the canaries and twins showed against the run: outcomes forced in the test process (unresolved when
+    any)."""
     twins: list[TwinPair] = Field(default_factory=list)
     """The instance's tests run beside renamed, relocated copies of themselves, with both outcomes: one passing where
     the other fails is in ``tampering``."""
