@@ -3,7 +3,8 @@ what pytest reads that is taken before the patch, and the launcher that runs pyt
 
 A patch may add or change any file of the repository, and ``python -m pytest`` from the repository root puts it
 first on ``sys.path``. So when the test command runs pytest (``pytest``, ``py.test``, ``python[3] -m pytest``, with
-interpreter options), it runs through the launcher (``envs/swe/grading/pytest_launcher.py``) instead, which:
+interpreter options), it runs through the launcher (``envs/swe/grading/pytest_launcher.py``) instead, which (for
+``python[3] -m unittest``: the first two points, with the standard library's runner in place of pytest):
 
 - starts the interpreter with the row's ``PYTHONPATH`` held back and only a directory of ours on it, whose
   ``sitecustomize`` / ``usercustomize`` run the image's own from outside the repository (no start-up file a patch
@@ -96,6 +97,11 @@ __rollout_python() {
             py=$(__rollout_which "$name") || break
             shift 2; [ -z "$__x" ] || set -x
             __rollout_launch "$py" m ${opts[@]+"${opts[@]}"} "$ROLLOUT_GRADE_LAUNCHER" "$@"; return
+          elif [ "${2-}" = unittest ]; then
+            py=$(__rollout_which "$name") || break
+            shift 2; [ -z "$__x" ] || set -x
+            ROLLOUT_GRADE_RUNNER=unittest __rollout_launch "$py" m ${opts[@]+"${opts[@]}"} "$ROLLOUT_GRADE_LAUNCHER" \\
+              "$@"; return
           fi; break ;;
       -X|-W) [ $# -ge 2 ] || break; opts+=("$1" "$2"); shift 2 ;;
       -c|-|--*) break ;;

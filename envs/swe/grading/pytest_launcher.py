@@ -23,6 +23,7 @@ def _main():
     form = env.pop("ROLLOUT_GRADE_FORM", "m")
     row_path = env.pop("ROLLOUT_GRADE_PYTHONPATH", "")
     had_path = env.pop("ROLLOUT_GRADE_HAS_PATH", "")
+    runner = env.pop("ROLLOUT_GRADE_RUNNER", "pytest")
     env.pop("PYTHONPATH", None)
 
     def inside(path):
@@ -36,11 +37,12 @@ def _main():
     sys.path[:] = ([cwd] if form == "m" else []) + row + [p for p in full if p not in row]
     guard = BaseOnly([p for p in full if not inside(p)], inside, _base_modules(env.pop("ROLLOUT_GRADE_BASE", "")))
     loaded = set(sys.modules)
+    if runner == "unittest":
+        _unittest(guard, loaded, env.pop("ROLLOUT_GRADE_MODE_FILE", ""), row_path if had_path else None)
     with guard:
         import pytest
         _preload(guard)
-    new = [(n, sys.modules[n]) for n in set(sys.modules) - loaded]
-    own = sorted(set(n.partition(".")[0] for n, m in new if guard.owns(getattr(m, "__spec__", None))))
+    own = _own(guard, loaded)
     _record(env.pop("ROLLOUT_GRADE_MODE_FILE", ""), own)
     if had_path:
         env["PYTHONPATH"] = row_path
@@ -62,6 +64,24 @@ def _main():
             except OSError:
                 pass
     sys.exit(code)
+
+
+def _unittest(guard, loaded, mode_file, row_path):
+    """``python -m unittest ARGS``: the standard library's runner, never a ``unittest`` the patch adds (no start-up
+    file from the repository either); the code under test imports as under the harness's command. Exits."""
+    with guard:
+        import unittest
+    _record(mode_file, _own(guard, loaded))
+    if row_path is not None:
+        os.environ["PYTHONPATH"] = row_path
+    sys.argv[:] = [sys.executable + " -m unittest"] + sys.argv[1:]
+    unittest.main(module=None)  # TestProgram: exits with the run's status
+
+
+def _own(guard, loaded):
+    """The top-level modules loaded since ``loaded`` that are the repository's own."""
+    new = [(n, sys.modules[n]) for n in set(sys.modules) - loaded]
+    return sorted(set(n.partition(".")[0] for n, m in new if guard.owns(getattr(m, "__spec__", None))))
 
 
 class BaseOnly(object):

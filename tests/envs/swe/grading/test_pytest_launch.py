@@ -138,3 +138,19 @@ def test_the_launcher_runs_on_the_pythons_benchmark_images_have():
     ast.parse(launcher(), feature_version=(3, 6))
     assert "import " not in "".join(line for line in launcher().splitlines() if line.startswith(("from envs",
                                                                                                  "import envs")))
+
+
+def test_unittest_runs_the_standard_librarys_runner_and_the_repositorys_code(tmp_path):
+    """`python -m unittest`: a `unittest` package the patch adds at the repository's root (which `-m` would put
+    first) does not stand in for the standard library's, and the code under test is the patched repository's."""
+    base = {"lib.py": "VALUE = 3\n",
+            "tests/__init__.py": "",
+            "tests/test_lib.py": "import unittest\n\nimport lib\n\n\nclass TestLib(unittest.TestCase):\n"
+                                 "    def test_value(self):\n        self.assertEqual(lib.VALUE, 4)\n"}
+    patch = {"lib.py": "VALUE = 4\n",
+             "unittest/__init__.py": "print('SHADOW UNITTEST RAN')\n",
+             "unittest/__main__.py": "print('SHADOW UNITTEST RAN')\n"}
+    out = graded_pytest(tmp_path, base, patch, "python3 -m unittest -v tests.test_lib; echo EXIT=$?")
+    assert "SHADOW" not in out, out
+    assert "test_value (tests.test_lib.TestLib" in out and "ok" in out and "EXIT=0" in out, out
+    assert grading_mode((tmp_path / "scratch" / "mode").read_text()) == ("isolated", [])
