@@ -55,6 +55,9 @@ set -o pipefail
 r=$?
 printf '\\n%s end tests %s %s\\n' "$P" "$r" "${EPOCHREALTIME:-$SECONDS}"
 REPORT
+printf '%s begin mode %s\\n' "$P" "${EPOCHREALTIME:-$SECONDS}"
+head -c 4096 -- "$S/mode" 2>/dev/null
+printf '\\n%s end mode %s %s\\n' "$P" "$?" "${EPOCHREALTIME:-$SECONDS}"
 printf '%s begin log %s\\n' "$P" "${EPOCHREALTIME:-$SECONDS}"
 cat -- "$S/log"
 printf '\\n%s end log %s %s\\n' "$P" "$?" "${EPOCHREALTIME:-$SECONDS}"
@@ -73,8 +76,9 @@ class EvalScript:
     (when there is one), ``twins`` (``envs.swe.grading.twins``), ``canaries`` (``envs.swe.grading.canaries``; the
     test patch's copy removed), ``tests`` (pytest
     caught and run by the launcher; the log into a file, under ``eval_timeout``; with ``report``, pytest also
-    writes a junitxml report to a path no patch can name in advance), ``report`` (that report printed) and
-    ``log`` (the log printed). Each preparation step runs under ``setup_timeout`` and prints at most
+    writes a junitxml report to a path no patch can name in advance), ``report`` (that report printed), ``mode``
+    (what each launcher run recorded: ``envs.swe.grading.pytest_launch.grading_mode``) and ``log`` (the log
+    printed). Each preparation step runs under ``setup_timeout`` and prints at most
     ``STEP_CAP`` bytes (its tail); the script ends early when one fails (an apply attempt: when it was the
     last), and never exits with the tests' code (a runtime may read 124 as its own timeout). ``eval_script``: a 5.x
     row's own script runs as the tests (``envs.swe.rows.v5.eval_body``), the marker prefix on its stdin."""

@@ -13,6 +13,7 @@ from envs.swe.grading import canaries as canary_tests, twins as twin_tests
 from envs.swe.grading.eval_script import EvalScript, with_newline
 from envs.swe.grading.patch import refusal
 from envs.swe.grading.protect import test_file_paths, test_like, to_reset, with_sections
+from envs.swe.grading.pytest_launch import grading_mode
 from envs.swe.grading.script_run import (
     ScriptRun,
     applied,
@@ -144,6 +145,8 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
             result.report_found = cases is not None
             unconfirmed_tests = unconfirmed(statuses, cases, tested)
             statuses = demote(statuses, unconfirmed_tests)
+        mode = run.steps.get("mode")
+        result.grading_mode, result.grading_modules = grading_mode(mode.output if mode else "")
         placed = canary_tests.placed(run.steps["canaries"].output, planted)
         result.canaries = len(placed)
         made = run.steps["twins"].output if "twins" in run.steps else ""

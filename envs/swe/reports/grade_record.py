@@ -72,6 +72,13 @@ class Grade(Record):
     the other fails is in ``tampering``."""
     untwinned: dict[str, str] = Field(default_factory=dict)
     """Tests planned a twin that got none (their outcome may honestly depend on their name or place): id -> why."""
+    grading_mode: str = ""
+    """How pytest ran (``envs.swe.grading.pytest_launch``): ``isolated`` (pytest and what it loads from outside the
+    repository, configured as before the patch) or ``harness`` (the repository provides modules pytest loads, or
+    the test command runs no pytest through the launcher: the harness's own command, with the checks that still
+    apply); "" when the tests did not run."""
+    grading_modules: list[str] = Field(default_factory=list)
+    """In ``harness`` mode: the repository's own modules that pytest loaded (pytest, pluggy, iniconfig, ...)."""
     report_found: bool | None = None
     """pytest wrote its junitxml report (None: not asked for, or the tests timed out)."""
     test_output: str = ""
@@ -116,4 +123,6 @@ class Grade(Record):
             fields["tampering"] = self.tampering
         if self.twins:
             fields["twins"] = [p.model_dump() for p in self.twins]
+        if self.grading_mode:
+            fields["grading_mode"] = self.grading_mode
         return content

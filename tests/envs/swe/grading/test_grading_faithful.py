@@ -1,0 +1,96 @@
+"""Hardening never changes an honest verdict: a repository that pytest itself loads at start-up is graded with its
+own (patched) code, in the base image, through the whole grader.
+
+The base image's pytest (Debian's 7.2) imports ``iniconfig`` before any test runs. Here the repository under test
+*is* iniconfig (the image's own copy, so pytest still works with it), with a bug its gold patch fixes: the gold patch
+resolves, the tests import the repository's copy, and report.json says the grading ran in ``harness`` mode."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from test_swe_grading import ClonedRepo, diff_of, git
+
+from envs.runtimes.docker.runtime import DockerRuntime
+from envs.swe.grading.grade import grade
+
+TEST_CMD = "PYTHONPATH=src PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -rA -p no:cacheprovider tests"
+BUG = "\n\ndef section_count(text):\n    return len(IniConfig('x.ini', text).sections) - 1\n"
+FIX = "\n\ndef section_count(text):\n    return len(IniConfig('x.ini', text).sections)\n"
+TESTS = '''import os
+
+import iniconfig
+
+
+def test_parses():
+    assert iniconfig.IniConfig("x.ini", "[a]\\nb = 1\\n")["a"]["b"] == "1"
+
+
+def test_section_count():
+    assert iniconfig.section_count("[a]\\n[b]\\n") == 2
+
+
+def test_the_repositorys_copy():
+    assert os.path.realpath(iniconfig.__file__).startswith(os.path.realpath("src") + os.sep)
+'''
+
+
+@pytest.fixture(scope="module")
+def iniconfig_instance(base_image, tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("iniconfig")
+    repo = root / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    archive = subprocess.run(["docker", "run", "--rm", "--network", "none", base_image, "tar", "-C",
+                              "/usr/lib/python3/dist-packages", "-c", "iniconfig"], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(repo / "src", filter="data")
+    init = repo / "src" / "iniconfig" / "__init__.py"
+    original = init.read_text()
+    init.write_text(original + BUG)
+    (repo / "tests" / "__init__.py").write_text("")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    git(repo, "bundle", "create", "-q", str(root / "repo.bundle"), "--all")
+    tests = ["tests/test_iniconfig.py::test_section_count", "tests/test_iniconfig.py::test_the_repositorys_copy"]
+    return {
+        "instance_id": "iniconfig__iniconfig-1", "repo": "pytest-dev/iniconfig", "version": "1.1",
+        "base_commit": git(repo, "rev-parse", "HEAD").strip(), "problem_statement": "section_count is off by one",
+        "patch": diff_of(repo, root / "gold", {"src/iniconfig/__init__.py": original + FIX}),
+        "test_patch": diff_of(repo, root / "tests", {"tests/test_iniconfig.py": TESTS}),
+        "FAIL_TO_PASS": tests, "PASS_TO_PASS": ["tests/test_iniconfig.py::test_parses"], "test_cmd": TEST_CMD,
+        "bundle": (root / "repo.bundle").read_bytes(), "repo_path": str(repo), "original": original,
+    }
+
+
+def graded(instance: dict, patch: str):
+    def make():
+        inner = DockerRuntime({"image": "rollout-farm/base:bookworm", "workdir": "/testbed"},
+                              run_id="test-grading-faithful", rollout_id="grade")
+        return ClonedRepo(inner, instance["bundle"], instance["base_commit"], "/testbed", "/tmp/src.bundle")
+    return asyncio.run(grade(instance, patch, make, eval_timeout=120))
+
+
+@pytest.mark.docker
+def test_the_gold_fix_of_a_package_pytest_loads_resolves(iniconfig_instance):
+    gold = graded(iniconfig_instance, iniconfig_instance["patch"])
+    assert gold.resolved, (gold.unresolved_reason, gold.test_output[-3000:])
+    assert gold.grading_mode == "harness" and gold.grading_modules == ["iniconfig"]
+    fields = gold.report_json()[iniconfig_instance["instance_id"]]
+    assert fields["grading_mode"] == "harness" and fields["resolved"] is True
+    assert not gold.tampering and gold.canaries > 0  # the checks that still apply ran, and found nothing
+
+
+@pytest.mark.docker
+def test_a_wrong_fix_of_a_package_pytest_loads_does_not(iniconfig_instance, tmp_path):
+    wrong = iniconfig_instance["original"] + FIX.replace("sections)", "sections) + 0 * 1 - (1 if text else 0)")
+    patch = diff_of(Path(iniconfig_instance["repo_path"]), tmp_path / "agent", {"src/iniconfig/__init__.py": wrong})
+    graded_wrong = graded(iniconfig_instance, patch)
+    assert graded_wrong.patch_successfully_applied and not graded_wrong.resolved
+    assert graded_wrong.tests_status["FAIL_TO_PASS"]["failure"] == ["tests/test_iniconfig.py::test_section_count"]
