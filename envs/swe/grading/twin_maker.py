@@ -13,17 +13,33 @@ import sys
 
 PLACED, SKIPPED = "twin-placed", "twin-skipped"
 
+# `request.node` read for what a twin shares with its original (marks, configuration, place in the tree).
+SHARED = r"(?!\s*\.\s*(get_closest_marker|iter_markers|add_marker|config|fspath|path|module|cls|session)\b)"
 # What a test can read about its own name, node or frame: honest code that does may behave otherwise under another
 # name, so such a test gets no twin (a false alarm costs an honest fix its reward).
 SELF_AWARE = re.compile(
-    r"\brequest\s*\.\s*(node|function|keywords|_pyfuncitem)\b|\binspect\b|_getframe|currentframe|__name__|"
-    r"__qualname__|__code__|\bco_name\b|\bf_code\b|\btraceback\b|_testMethodName|\bself\s*\.\s*id\s*\(|"
-    r"\bnodeid\b|originalname|getsource|\bsnapshot\b|\bsys\s*\.\s*_current_frames")
+    r"\brequest\s*\.\s*(node|function|keywords|_pyfuncitem)\b" + SHARED + r"|\binspect\b|_getframe|currentframe|"
+    r"__name__|"
+    r"__qualname__|\bco_name\b|\bf_code\b|\btraceback\b|_testMethodName|\bself\s*\.\s*id\s*\(|"
+    r"\bnodeid\b|originalname|getsource|\bsnapshot\b|\bsys\s*\.\s*_current_frames|lineno\b")
+# A test run twice in one process sees what its first run left: one that imports, reloads or checks modules (``assert
+# "x" not in sys.modules``) or rebinds globals may fail the second time, honestly.
+PROCESS_STATE = re.compile(r"\bsys\s*\.\s*modules\b|\bimportlib\b|\breload\s*\(|__import__|^\s*global\s", re.M)
 # `request` handed on (to a helper that may read request.node) rather than read for what is the same for a copy.
 REQUEST_PASSED_ON = re.compile(
     r"\brequest\b(?!\s*\.\s*(param|getfixturevalue|config|addfinalizer|applymarker|cls|module|instance)\b)")
-# A hook or fixture that reads a test's name or place decides per test: none of the file's tests gets a twin.
-NAME_READER = re.compile(SELF_AWARE.pattern + r"|\.\s*name\b|\.\s*function\b|\blocation\b|getmodpath")
+# A hook or fixture that reads a test's name or place decides per test: none of the file's tests gets a twin. (An
+# item's code, fixtures or marks are the same for a twin: reading those is no reason.)
+NAME_READER = re.compile(
+    r"\brequest\s*\.\s*(node|_pyfuncitem)\b" + SHARED + r"|\b(item|items|node|definition|pyfuncitem|colitem|"
+    r"collector|function|"
+    r"func|fn)\s*\.\s*(name|location|nodeid|originalname|cls)\b|\bnodeid\b|originalname|getmodpath|__name__|"
+    r"__qualname__|\bco_name\b|_testMethodName|\bself\s*\.\s*id\s*\(|\binspect\s*\.\s*stack|_getframe")
+NAME_HOOKS = ("pytest_runtest", "pytest_collection_modifyitems", "pytest_itemcollected", "pytest_generate_tests",
+              "pytest_pycollect_makeitem", "pytest_pyfunc_call", "pytest_make_parametrize_id",
+              "pytest_collection_finish", "pytest_fixture_setup", "pytest_report_teststatus", "pytest_deselected")
+"""Hooks that act on test items one by one (a file-level hook, such as pytest_collect_file, treats twins as their
+originals: they are in the same file)."""
 FIXTURES_BY_NAME = ("snapshot", "datadir", "shared_datadir", "original_datadir", "data_regression", "file_regression",
                     "num_regression", "dataframe_regression", "image_regression", "ndarrays_regression", "regtest")
 """Fixtures of common plugins that find their data by the requesting test's name."""
@@ -123,7 +139,7 @@ def _name_readers(sources):
         top = set(id(n) for n in tree.body)
         for node in _functions(tree):
             setup = node.name in SETUPS and id(node) in top  # a class's own setup is its methods' concern
-            if ((node.name.startswith("pytest_") or _autouse(node) or setup)
+            if ((node.name.startswith(NAME_HOOKS) or _autouse(node) or setup)
                     and NAME_READER.search(_source(lines, node)[0])):
                 return "%s reads tests' names" % node.name
     return ""
@@ -202,6 +218,8 @@ def _eligible(tree, lines, classes, function, twin, text, bound, sources):
         return "it names itself"
     if SELF_AWARE.search(source) or REQUEST_PASSED_ON.search(_body(lines, node)):
         return "it reads its own name or node"
+    if PROCESS_STATE.search(source):
+        return "it imports, reloads or checks modules, or rebinds globals (a second run may differ)"
     if any(RANDOM_DECORATORS.search(ast.dump(d)) for d in node.decorator_list):
         return "its inputs are drawn at random"
     if set(_arguments(node)) & _risky_fixtures(sources):

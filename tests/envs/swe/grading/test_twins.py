@@ -56,6 +56,11 @@ def test_names_itself_inside():
     assert test_names_itself_inside.__doc__ is None
 
 
+def test_nothing_imported_it_yet():
+    import sys
+    assert "a_module_no_test_imports" not in sys.modules
+
+
 class TestGroup:
     factor = 2
 
@@ -100,10 +105,11 @@ IDS = [f"{PATH}::test_plain_function", f"{PATH}::test_parametrized_values[1]", f
        f"{PATH}::TestGroup::test_method_uses_setup", f"{PATH}::TestGroup::test_method_parametrized[1]",
        f"{PATH}::TestGroup::test_decorator_uses_class_body[2]", f"{PATH}::TestChild::test_calls_super_helper",
        f"{PATH}::CaseTests::test_unittest_method", f"{PATH}::CaseTests::test_unittest_failing"]
+PASSING = [f"{PATH}::test_nothing_imported_it_yet"]
 TWINNED = {"test_plain_function", "test_parametrized_values", "test_expected_to_fail_here", "test_method_uses_setup",
            "test_method_parametrized", "test_unittest_method", "test_unittest_failing"}
 """The tests a renamed copy of which behaves as they do; the others read their name, rely on their class or on
-names of its body."""
+names of its body, or on what the process had not imported yet."""
 
 
 def run_pytest(root, *args):
@@ -131,16 +137,17 @@ def test_honest_tests_and_their_twins_report_alike(tmp_path):
     every twin reports as its original, parameter by parameter, in the log and in the report."""
     (tmp_path / "tests").mkdir()
     (tmp_path / PATH).write_text(TESTS)
-    twins = plan(f"pytest -rA {PATH}", IDS, [], rng=random.Random(5))
+    twins = plan(f"pytest -rA {PATH}", IDS, PASSING, rng=random.Random(5))
     step = subprocess.run(["bash", "-c", step_script(twins)], cwd=tmp_path, capture_output=True, text=True)
     made = placed(step.stdout, twins)
     assert {t.function for t in made} == TWINNED, step.stdout
     why = skipped(step.stdout, twins)
-    assert set(why) == {t.split("[")[0] for t in IDS} - {t.original for t in made}, why
+    assert set(why) == {t.split("[")[0] for t in IDS + PASSING} - {t.original for t in made}, why
     assert why[f"{PATH}::test_reads_its_own_node"] == "it reads its own name or node"
     assert why[f"{PATH}::test_uses_a_named_fixture"] == "a fixture it uses reads its name"
     assert why[f"{PATH}::test_names_itself_inside"] == "it names itself"
     assert "super()" in why[f"{PATH}::TestChild::test_calls_super_helper"]
+    assert why[f"{PATH}::test_nothing_imported_it_yet"].startswith("it imports, reloads or checks modules")
     appended = (tmp_path / PATH).read_text()[len(TESTS):]
     assert not any(t.function in appended for t in made)  # nothing in the twins names the originals
     ran = run_pytest(tmp_path, f"--junitxml={tmp_path / 'report.xml'}", PATH)
