@@ -111,14 +111,18 @@ def _name(model: str, vocabulary: Sequence[str], rng: random.Random, taken: set[
     snake = "_" in model.strip("_")
     head, tail = words[0], (words[-1] if len(words) > 1 else "")
     own = [w for w in vocabulary if w.lower() not in (head.lower(), tail.lower())]
-    while True:
+    for tries in range(1000):
         middle = rng.sample(own, 2) if len(own) >= 4 else [rng.choice(own or WORDS), rng.choice(WORDS)]
+        if tries > 100:  # few words and many names taken: a number too
+            middle.append(str(rng.randrange(10, 10_000)))
         if snake:
             name = "_".join(w for w in [head, *middle, tail] if w)
         else:
             name = head + "".join(w.capitalize() for w in middle) + tail
-        if name.isidentifier() and model not in name and name not in taken:
+        # A one-word name (``test``) is the prefix every name keeps: only a longer one must not be in the twin's.
+        if name.isidentifier() and (model not in name or len(words) == 1) and name not in taken:
             return name
+    raise ValueError(f"no free name like {model!r}")
 
 
 def step_script(twins: Sequence[Twin]) -> str:

@@ -129,6 +129,8 @@ def test_twins_are_named_like_the_tests_and_never_after_them():
     assert plan("pytest -k read t/test_a.py", ids, []) == []  # what runs is narrowed: a twin might not
     again = plan("pytest -rA t/test_a.py", ids, [], rng=random.Random(4))
     assert {t.name for t in again}.isdisjoint(t.name for t in twins)  # new names per grading
+    [bare] = plan("pytest t.py", ["t.py::test[a]"], ["t.py::test[b]"], rng=random.Random(5))  # the prefix alone
+    assert bare.name.startswith("test") and bare.name != "test"
 
 
 def test_honest_tests_and_their_twins_report_alike(tmp_path):
