@@ -21,6 +21,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from envs.swe.grading.protect import module_doctest
 from envs.swe.logs.pytest_log import FAILED, PASSING
 from envs.swe.logs.pytest_report import REPORT_PASSED, junit_address
 
@@ -93,7 +94,10 @@ def collected(command: str, test_ids: Sequence[str], skip: Iterable[str] = ()) -
     by_file: dict[str, list[str]] = {}
     for test in test_ids:
         path = test.split("::", 1)[0]
-        if "::" in test and path.endswith(".py") and path not in skip and _collected(path, named):
+        # Only ids of Python test functions (a doctest's item is the module under test, not a test file).
+        function = re.sub(r"\[.*", "", test.split("::")[-1])
+        if ("::" in test and path.endswith(".py") and path not in skip and not module_doctest(test)
+                and function.isidentifier() and _collected(path, named)):
             by_file.setdefault(path, []).append(test)
     return by_file
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 
@@ -29,9 +30,22 @@ _REPLACE = ('BEGIN { while ((getline line < sec) > 0) saved = saved line "\\n" }
 
 
 def test_file_paths(test_ids: Iterable[str]) -> list[str]:
-    """The files named by pytest node ids (the part before ``::``), safe relative paths only, in order."""
-    paths = [t.split("::", 1)[0] for t in test_ids if "::" in t]
+    """The files named by pytest node ids (the part before ``::``), safe relative paths only, in order; not the
+    module of a doctest (``pkg/mod.py::pkg.mod.func``): that file is the code under test, which the fix changes."""
+    paths = [t.split("::", 1)[0] for t in test_ids if "::" in t and not module_doctest(t)]
     return [p for p in dict.fromkeys(paths) if _safe(p)]
+
+
+def module_doctest(test_id: str) -> bool:
+    """Whether ``test_id`` names a doctest in a Python module (``--doctest-modules``): its item's name is dotted
+    (``pkg.mod.func``), which no test function's or class's name is (a parameter id in brackets aside), or is the
+    package's own name in its ``__init__.py``. (A top-level module's own docstring, ``mod.py::mod``, cannot be
+    told from a test function named as its file, and is taken as a test.)"""
+    path, _, rest = test_id.partition("::")
+    name = re.sub(r"\[.*", "", rest)
+    parts = path.split("/")
+    return path.endswith(".py") and ("." in name or (parts[-1] == "__init__.py" and len(parts) > 1
+                                                     and name == parts[-2]))
 
 
 def to_reset(touched: Sequence[str], protected: Iterable[str]) -> list[str]:

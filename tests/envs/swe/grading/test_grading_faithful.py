@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shlex
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-from test_swe_grading import ClonedRepo, diff_of, git
+from test_swe_grading import ClonedRepo, diff_of, git, run_grade
 
 from envs.runtimes.docker.runtime import DockerRuntime
 from envs.swe.grading.grade import grade
@@ -94,3 +96,53 @@ def test_a_wrong_fix_of_a_package_pytest_loads_does_not(iniconfig_instance, tmp_
     graded_wrong = graded(iniconfig_instance, patch)
     assert graded_wrong.patch_successfully_applied and not graded_wrong.resolved
     assert graded_wrong.tests_status["FAIL_TO_PASS"]["failure"] == ["tests/test_iniconfig.py::test_section_count"]
+
+
+OPS = '''def double(x):
+    """
+    >>> double(2)
+    4
+    """
+    return x + x + 1
+
+
+def half(x):
+    """
+    >>> half(4)
+    2.0
+    """
+    return x / 2
+'''
+
+
+def test_a_doctest_in_the_fixed_module_is_graded_on_the_fixed_module(tmp_path):
+    """A FAIL_TO_PASS doctest (``--doctest-modules``) names the module the fix changes: that module is the code under
+    test, never reset to the base as a test file is; no test of the grader's own goes into it (pytest would not
+    collect it there)."""
+    repo = tmp_path / "repo"
+    (repo / "mathx").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "mathx" / "__init__.py").write_text('"""Maths.\n\n>>> 1 + 1\n2\n"""\n')
+    (repo / "mathx" / "ops.py").write_text(OPS)
+    (repo / "tests" / "test_ops.py").write_text("from mathx.ops import half\n\n\ndef test_half():\n"
+                                               "    assert half(2) == 1.0\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    git(repo, "bundle", "create", "-q", str(tmp_path / "repo.bundle"), "--all")
+    tests = "from mathx.ops import double, half\n\n\ndef test_half():\n    assert half(2) == 1.0\n\n\n" \
+            "def test_double():\n    assert double(3) == 6\n"
+    instance = {
+        "instance_id": "mathx-1", "repo": "example/mathx", "base_commit": git(repo, "rev-parse", "HEAD").strip(),
+        "patch": diff_of(repo, tmp_path / "gold", {"mathx/ops.py": OPS.replace("x + x + 1", "x + x")}),
+        "test_patch": diff_of(repo, tmp_path / "tests", {"tests/test_ops.py": tests}),
+        "FAIL_TO_PASS": ["mathx/ops.py::mathx.ops.double", "tests/test_ops.py::test_double"],
+        "PASS_TO_PASS": ["mathx/ops.py::mathx.ops.half", "mathx/__init__.py::mathx", "tests/test_ops.py::test_half"],
+        "test_cmd": f"{shlex.quote(sys.executable)} -m pytest -rA -p no:cacheprovider --doctest-modules mathx tests",
+        "bundle": (tmp_path / "repo.bundle").read_bytes(),
+    }
+    gold = run_grade(instance, instance["patch"], tmp_path)
+    assert gold.resolved, (gold.unresolved_reason, gold.test_output[-3000:])
+    assert "mathx/ops.py" not in gold.restored and not gold.tampering and gold.canaries > 0
+    empty_fix = run_grade(instance, diff_of(repo, tmp_path / "agent", {"mathx/ops.py": OPS + "\n"}), tmp_path)
+    assert not empty_fix.resolved and "mathx/ops.py::mathx.ops.double" in empty_fix.unresolved_reason
