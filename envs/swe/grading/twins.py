@@ -75,9 +75,12 @@ def plan(command: str, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str],
     used = set(names)
     twins = []
     for path, classes, function in chosen:
-        name = _name(function, vocabulary, rng, used)
-        used.add(name)
-        twins.append(Twin(path, classes, function, name, (path, classes, function) in passing))
+        # unittest runs a TestCase's tests in the order of their names: a method's twin must sort after it, so the
+        # original runs first, as it would without its twin (a function's or plain class's twin runs last anyway).
+        name = _name(function, vocabulary, rng, used, after=function if classes else "")
+        if name is not None:
+            used.add(name)
+            twins.append(Twin(path, classes, function, name, (path, classes, function) in passing))
     return twins
 
 
@@ -103,10 +106,10 @@ def _words(name: str) -> list[str]:
     return re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", name) or [name]
 
 
-def _name(model: str, vocabulary: Sequence[str], rng: random.Random, taken: set[str]) -> str:
+def _name(model: str, vocabulary: Sequence[str], rng: random.Random, taken: set[str], after: str = "") -> str | None:
     """A name shaped like ``model``: its first and last words kept (so pytest's name patterns, and unittest's
     ``test`` prefix, take it as they take ``model``), two words between from the instance's names (ours too where
-    they are few), never containing ``model``."""
+    they are few), never containing ``model``, sorting after ``after``; None when there is none."""
     words = _words(model)
     snake = "_" in model.strip("_")
     head, tail = words[0], (words[-1] if len(words) > 1 else "")
@@ -120,9 +123,9 @@ def _name(model: str, vocabulary: Sequence[str], rng: random.Random, taken: set[
         else:
             name = head + "".join(w.capitalize() for w in middle) + tail
         # A one-word name (``test``) is the prefix every name keeps: only a longer one must not be in the twin's.
-        if name.isidentifier() and (model not in name or len(words) == 1) and name not in taken:
+        if name.isidentifier() and (model not in name or len(words) == 1) and name not in taken and name > after:
             return name
-    raise ValueError(f"no free name like {model!r}")
+    return None
 
 
 def step_script(twins: Sequence[Twin]) -> str:

@@ -126,6 +126,7 @@ def test_twins_are_named_like_the_tests_and_never_after_them():
     for twin in twins:
         assert twin.name.startswith("test") and twin.function not in twin.name and twin.name != twin.function
     assert twins[0].name.endswith("_twice") and twins[1].name.endswith("Case")
+    assert twins[1].name > "testCamelCase"  # unittest runs a class's tests by name: the original first
     assert plan("pytest -k read t/test_a.py", ids, []) == []  # what runs is narrowed: a twin might not
     again = plan("pytest -rA t/test_a.py", ids, [], rng=random.Random(4))
     assert {t.name for t in again}.isdisjoint(t.name for t in twins)  # new names per grading
