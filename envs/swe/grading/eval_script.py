@@ -30,6 +30,8 @@ the shell's memory before anything runs (never on a command line, in a file or i
 stdin is /dev/null), and the scratch directory and report are named by other random words."""
 
 _LAST_LINE = "# the end of the grading script"
+PRESENT = "present"
+"""Start of the line the ``present`` step prints for each test file that is in the tree the tests run in."""
 
 # Runs a step with its output between markers and its exit code in $r. A step that `timeout` stopped (124, or
 # 137 once SIGKILL was needed) ends the script: what follows would run on a half-prepared tree.
@@ -100,6 +102,9 @@ class EvalScript:
     checkout: Sequence[str] = ()
     canaries: Sequence[CanaryFile] = ()
     twins: Sequence[Twin] = ()
+    test_files: Sequence[str] = ()
+    """The files the instance's test ids name: the ``present`` step, after the canaries, prints which are in the
+    tree the tests run in."""
     name: str = field(default_factory=lambda: secrets.token_hex(8))
     """Names the scratch directory and the report: random, and not the token."""
     tag: str = field(default_factory=lambda: secrets.token_hex(6))
@@ -135,7 +140,8 @@ class EvalScript:
     def limit(self) -> float:
         """Seconds the whole script may take: every in-container limit added up, plus slack. A backstop only:
         each step's own ``timeout`` stops it first."""
-        steps = len(self.ladder) + len(self.checkout) + 7  # snapshot, save, restore, reset, test patch, twins, canaries
+        # snapshot, save, restore, reset, test patch, twins, canaries, present
+        steps = len(self.ladder) + len(self.checkout) + 8
         return self.eval_timeout + steps * (self.setup_timeout + KILL_GRACE) + KILL_GRACE + 30
 
     def resets(self) -> bool:
@@ -177,6 +183,10 @@ class EvalScript:
                       '[ "$r" = 0 ] || exit 0']
         lines += ["step twins twins",
                   "step canaries canaries", '[ "$r" = 0 ] || exit 0']
+        if self.test_files:
+            quoted = " ".join(shlex.quote(f) for f in self.test_files)
+            lines += [f"present() {{ for f in {quoted}; do [ -e \"$f\" ] && printf '{PRESENT} %s\\n' \"$f\";"
+                      " done; true; }", "step present present"]
         report = ""
         if self.report:
             report = ("printf '%s begin report %s\\n' \"$P\" \"${EPOCHREALTIME:-$SECONDS}\"\n"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from envs.swe.diffs import diff_paths
 from envs.swe.grading import canaries as canary_tests, twins as twin_tests
-from envs.swe.grading.eval_script import EvalScript, with_newline
+from envs.swe.grading.eval_script import PRESENT, EvalScript, with_newline
 from envs.swe.grading.patch import refusal
 from envs.swe.grading.protect import test_file_paths, test_like, to_reset, with_sections
 from envs.swe.grading.pytest_launch import grading_mode
@@ -81,7 +81,8 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     result.test_cmd, result.harness = plan.command, plan.harness
     test_patch = str(task_data.get("test_patch") or "")
     tested = expected[FAIL_TO_PASS] + expected[PASS_TO_PASS]
-    protected = [*diff_paths(test_patch), *test_file_paths(tested)]
+    id_files = test_file_paths(tested)
+    protected = [*diff_paths(test_patch), *id_files]
     touched = diff_paths(with_newline(model_patch))
     if refused_why := refusal(with_newline(model_patch), protected):
         result.unresolved_reason = f"refused: {refused_why}"
@@ -104,7 +105,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
     script = EvalScript(secrets.token_hex(6), model_patch, "" if plan.eval_script else test_patch, base, plan.setup,
                         plan.command, plan.ladder, _GIT, setup_timeout, eval_timeout, reset_paths=reset,
                         section_paths=sections, report=report, eval_script=plan.eval_script, checkout=plan.checkout,
-                        canaries=planted, twins=twinned)
+                        canaries=planted, twins=twinned, test_files=id_files)
     began = time.monotonic()
     mark = _clock(result, began)
     runtime = runtime_factory()
@@ -143,7 +144,10 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         if script.report and not result.timed_out:
             cases = read_junit((await printed_step(runtime, run, "report", script.report_path, mark)).encode())
             result.report_found = cases is not None
-            unconfirmed_tests = unconfirmed(statuses, cases, tested)
+            # An id whose file is in no tree these tests ran in names a test of an inner run (pytest's own tests
+            # print their pytester runs' lines): the report cannot confirm it; the log is read as the harness reads it.
+            result.log_only = _log_only(run, tested, id_files, diff_paths(test_patch) if plan.eval_script else ())
+            unconfirmed_tests = unconfirmed(statuses, cases, [t for t in tested if t not in result.log_only])
             statuses = demote(statuses, unconfirmed_tests)
         mode = run.steps.get("mode")
         result.grading_mode, result.grading_modules = grading_mode(mode.output if mode else "")
@@ -220,6 +224,17 @@ def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float, wh
     failing = [f"{c} {_few(result.tests_status[c]['failure'])}" for c in (FAIL_TO_PASS, PASS_TO_PASS)
                if result.tests_status[c]["failure"]]
     return f"tests failed: {'; '.join(failing)}{restored}"
+
+
+def _log_only(run: ScriptRun, tested: list[str], id_files: list[str], later: Sequence[str]) -> list[str]:
+    """The ``tested`` ids whose file the ``present`` step did not find in the repository (a 5.x row's test patch,
+    applied ``later`` by its own script, adds its files after that step)."""
+    step = run.steps.get("present")
+    if step is None:
+        return []
+    present = {line[len(PRESENT) + 1:] for line in step.output.splitlines() if line.startswith(PRESENT + " ")}
+    absent = set(id_files) - present - set(later)
+    return [t for t in tested if "::" in t and t.split("::", 1)[0] in absent]
 
 
 def _few(items: list[str], shown: int = 5) -> str:

@@ -79,6 +79,9 @@ class Grade(Record):
     apply); "" when the tests did not run."""
     grading_modules: list[str] = Field(default_factory=list)
     """In ``harness`` mode: the repository's own modules that pytest loaded (pytest, pluggy, iniconfig, ...)."""
+    log_only: list[str] = Field(default_factory=list)
+    """Test ids whose file is in no tree the tests ran in (an inner pytest run's, as pytest's own tests print):
+    pytest's report cannot confirm them, so they are read from the log alone, as the harness reads them."""
     report_found: bool | None = None
     """pytest wrote its junitxml report (None: not asked for, or the tests timed out)."""
     test_output: str = ""

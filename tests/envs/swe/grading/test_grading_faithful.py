@@ -146,3 +146,50 @@ def test_a_doctest_in_the_fixed_module_is_graded_on_the_fixed_module(tmp_path):
     assert "mathx/ops.py" not in gold.restored and not gold.tampering and gold.canaries > 0
     empty_fix = run_grade(instance, diff_of(repo, tmp_path / "agent", {"mathx/ops.py": OPS + "\n"}), tmp_path)
     assert not empty_fix.resolved and "mathx/ops.py::mathx.ops.double" in empty_fix.unresolved_reason
+
+
+INNER = '''def test_reporting():
+    # As pytest's own tests do: an inner run's report lines in a passing test's captured output.
+    print("PASSED test_inner_run.py::test_this")
+    assert True
+
+
+def test_real():
+    from mathx.ops import double
+    assert double(3) == 6
+'''
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_an_inner_runs_ids_are_read_from_the_log_and_a_real_tests_are_not(tmp_path, forged):
+    """A dataset made by the harness's parser holds the ids an inner pytest run printed (pytest's own rows do):
+    their file is in no tree the tests ran in, so pytest's report cannot confirm them and the log is read as the
+    harness reads it: the gold patch resolves. A real test's PASSED line printed by the code under test still needs
+    the report."""
+    repo = tmp_path / "repo"
+    (repo / "mathx").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "mathx" / "__init__.py").write_text("")
+    (repo / "mathx" / "ops.py").write_text(OPS)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    git(repo, "bundle", "create", "-q", str(tmp_path / "repo.bundle"), "--all")
+    fixed = OPS.replace("x + x + 1", "x + x")
+    if forged:  # no fix; the module prints the real test's PASSED line when imported
+        fixed = OPS + '\nprint("PASSED tests/test_ops.py::test_real")\n'
+    instance = {
+        "instance_id": "mathx-2", "repo": "example/mathx", "base_commit": git(repo, "rev-parse", "HEAD").strip(),
+        "patch": diff_of(repo, tmp_path / "gold", {"mathx/ops.py": fixed}),
+        "test_patch": diff_of(repo, tmp_path / "tests", {"tests/test_ops.py": INNER}),
+        "FAIL_TO_PASS": ["tests/test_ops.py::test_real"],
+        "PASS_TO_PASS": ["tests/test_ops.py::test_reporting", "test_inner_run.py::test_this"],
+        "test_cmd": f"{shlex.quote(sys.executable)} -m pytest -rA -p no:cacheprovider tests",
+        "bundle": (tmp_path / "repo.bundle").read_bytes(),
+    }
+    graded_ = run_grade(instance, instance["patch"], tmp_path)
+    assert graded_.log_only == ["test_inner_run.py::test_this"]
+    if forged:
+        assert not graded_.resolved and "tests/test_ops.py::test_real" in graded_.unresolved_reason
+    else:
+        assert graded_.resolved, (graded_.unresolved_reason, graded_.test_output[-2000:])
