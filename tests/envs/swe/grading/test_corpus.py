@@ -84,7 +84,10 @@ def images(base_image, tmp_path_factory) -> dict[str, str]:
     assert not report.failed, report.failed
     tags = {n: image_for(ROWS[n], base_image) for n in NAMES}
     yield tags
-    subprocess.run(["docker", "rmi", "-f", *set(tags.values())], capture_output=True)
+    # Only the images this session built: one already there may be another session's, in use.
+    built = [tags[n] for n in NAMES if ROWS[n]["instance_id"] in set(report.built)]
+    if built:
+        subprocess.run(["docker", "rmi", "-f", *built], capture_output=True)
 
 
 @pytest.fixture(scope="module")
