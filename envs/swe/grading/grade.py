@@ -227,14 +227,14 @@ def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float, wh
 
 
 def _log_only(run: ScriptRun, tested: list[str], id_files: list[str], later: Sequence[str]) -> list[str]:
-    """The ``tested`` ids whose file the ``present`` step did not find in the repository (a 5.x row's test patch,
-    applied ``later`` by its own script, adds its files after that step)."""
+    """The ``tested`` ids no item of this pytest run can have: one that is no node id (``[100%]``, as the harness's
+    parser reads a progress line), or whose file the ``present`` step did not find in the repository (a 5.x row's
+    test patch, applied ``later`` by its own script, adds its files after that step)."""
     step = run.steps.get("present")
-    if step is None:
-        return []
-    present = {line[len(PRESENT) + 1:] for line in step.output.splitlines() if line.startswith(PRESENT + " ")}
-    absent = set(id_files) - present - set(later)
-    return [t for t in tested if "::" in t and t.split("::", 1)[0] in absent]
+    present = {line[len(PRESENT) + 1:] for line in (step.output if step else "").splitlines()
+               if line.startswith(PRESENT + " ")}
+    absent = set(id_files) - present - set(later) if step is not None else set()
+    return [t for t in tested if "::" not in t or t.split("::", 1)[0] in absent]
 
 
 def _few(items: list[str], shown: int = 5) -> str:

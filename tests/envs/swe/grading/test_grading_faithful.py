@@ -151,6 +151,7 @@ def test_a_doctest_in_the_fixed_module_is_graded_on_the_fixed_module(tmp_path):
 INNER = '''def test_reporting():
     # As pytest's own tests do: an inner run's report lines in a passing test's captured output.
     print("PASSED test_inner_run.py::test_this")
+    print("PASSED [100%]")
     assert True
 
 
@@ -183,12 +184,12 @@ def test_an_inner_runs_ids_are_read_from_the_log_and_a_real_tests_are_not(tmp_pa
         "patch": diff_of(repo, tmp_path / "gold", {"mathx/ops.py": fixed}),
         "test_patch": diff_of(repo, tmp_path / "tests", {"tests/test_ops.py": INNER}),
         "FAIL_TO_PASS": ["tests/test_ops.py::test_real"],
-        "PASS_TO_PASS": ["tests/test_ops.py::test_reporting", "test_inner_run.py::test_this"],
+        "PASS_TO_PASS": ["tests/test_ops.py::test_reporting", "test_inner_run.py::test_this", "[100%]"],
         "test_cmd": f"{shlex.quote(sys.executable)} -m pytest -rA -p no:cacheprovider tests",
         "bundle": (tmp_path / "repo.bundle").read_bytes(),
     }
     graded_ = run_grade(instance, instance["patch"], tmp_path)
-    assert graded_.log_only == ["test_inner_run.py::test_this"]
+    assert graded_.log_only == ["test_inner_run.py::test_this", "[100%]"]
     if forged:
         assert not graded_.resolved and "tests/test_ops.py::test_real" in graded_.unresolved_reason
     else:
