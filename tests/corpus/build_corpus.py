@@ -3,7 +3,8 @@
     .venv/bin/python tests/corpus/build_corpus.py --mirrors /work/.mirror [--only NAME ...] [--base IMAGE]
 
 ``spec.json`` lists projects (upstream repository, runner, layout, ``test_cmd`` with ``{tests}`` for the test
-files the fix's tests touch, optional ``install_cmd``) and instances (a project and its fix commit). For each
+files the fix's tests touch, optional ``install_cmd``; ``log_parser`` for a runner whose output the pytest parser
+does not read, which makes its rows 5.x-shaped) and instances (a project and its fix commit). For each
 instance the fix's parent is the base, the fix's changes to test files (``envs.swe.mini``'s rule) are
 ``test_patch`` and the rest is ``patch`` (gold). Each project's bases go into one bundle,
 ``data/repos/<project>.bundle``: per instance a branch holding one commit whose tree is the upstream base tree
@@ -11,11 +12,12 @@ instance the fix's parent is the base, the fix's changes to test files (``envs.s
 no later upstream history is shipped. The row records the upstream commit it came from (``upstream_commit``).
 
 FAIL_TO_PASS / PASS_TO_PASS are found by running ``test_cmd`` bare (no grader) in a fresh container of the base
-image, read by the harness's parser as ``envs.swe.mini`` reads them: base + test patch, then + gold. A ``wrong``
-patch is made per instance: the first half of the gold patch's hunks when it has two or more, that half leaves a
-FAIL_TO_PASS test failing and the suite still runs (it may break a module pytest itself imports), else a comment
-added where the gold patch changes code. Needs docker and the mirrors (the ``fetch`` tool's bare repositories
-``<owner>+<name>/repo``); CI reads only what this writes into ``data/``.
+image, read by the harness's parser as ``envs.swe.mini`` reads them (a ``log_parser`` project's: by that parser):
+base + test patch, then + gold. A ``wrong`` patch is made per instance: the first half of the gold patch's hunks
+when it has two or more, that half leaves a FAIL_TO_PASS test failing and the suite still runs (it may break a
+module pytest itself imports), else a comment added where the gold patch changes code. Needs docker and the
+mirrors (the ``fetch`` tool's bare repositories ``<owner>+<name>/repo``); CI reads only what this writes into
+``data/``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from envs.swe.logs.pytest_log import PASSING, parse_log_pytest  # noqa: E402
+from envs.swe.logs.parsers import PARSERS  # noqa: E402
+from envs.swe.logs.pytest_log import END_MARKER, PASSING, START_MARKER, parse_log_pytest  # noqa: E402
 from envs.swe.mini import _GIT_ENV, _env, _is_test_file, _write_atomic  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -46,7 +49,10 @@ WRONG = "wrong_patches.json"
 BASE_IMAGE = "rollout-farm/base:bookworm"
 README_START, README_END = "<!-- table: written by build_corpus.py -->", "<!-- end of table -->"
 RUN_TIMEOUT = 600
-_SUMMARY = re.compile(r"^=+ .*\b(passed|failed|error|errors)\b.* in [0-9.]+s", re.M)
+_SUMMARY = re.compile(r"^=+ .*\b(passed|failed|error|errors)\b.* in [0-9.]+s|^Ran \d+ tests? in [0-9.]+s", re.M)
+"""A run that finished: pytest's summary line, or unittest's."""
+V5_IMAGE = "rollout-farm/corpus:{name}"
+"""A 5.x row's ``image``: a name only, as the image is built from ``repo_path`` (the test grades with that build)."""
 _TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
 
 
@@ -164,7 +170,7 @@ def make_bundle(mirror: Path, project: str, instances: list[dict[str, Any]], rep
 
 
 def run_tests(bundle: Path, branch: str, patches: list[str], test_cmd: str, install_cmd: str | None,
-              image: str) -> tuple[dict[str, str], str]:
+              image: str, parse=parse_log_pytest) -> tuple[dict[str, str], str]:
     """Statuses (harness parser) and log of ``test_cmd`` in a fresh container: clone, patches, install, tests."""
     with tempfile.TemporaryDirectory(prefix="corpus-run-") as tmp:
         os.chmod(tmp, 0o755)
@@ -183,7 +189,7 @@ def run_tests(bundle: Path, branch: str, patches: list[str], test_cmd: str, inst
         subprocess.run(argv, capture_output=True, timeout=RUN_TIMEOUT)
         log_file = Path(tmp, "log.txt")
         log = log_file.read_bytes().decode("utf-8", errors="replace") if log_file.exists() else ""
-    return parse_log_pytest(log), log
+    return parse(log), log
 
 
 def build_instance(project: dict[str, Any], inst: dict[str, Any], mirror: Path, bundle: Path, commit: str,
@@ -193,9 +199,9 @@ def build_instance(project: dict[str, Any], inst: dict[str, Any], mirror: Path, 
     if not test_files:
         raise CorpusError(f"{inst['name']}: no test_*.py file among the fix's test changes")
     test_cmd = project["test_cmd"].format(tests=" ".join(test_files), sources=" ".join(sources))
-    install = project.get("install_cmd")
-    before, log_before = run_tests(bundle, inst["name"], [test_patch], test_cmd, install, image)
-    after, log_after = run_tests(bundle, inst["name"], [test_patch, gold], test_cmd, install, image)
+    install, parse = project.get("install_cmd"), PARSERS.get(project.get("log_parser"), parse_log_pytest)
+    before, log_before = run_tests(bundle, inst["name"], [test_patch], test_cmd, install, image, parse)
+    after, log_after = run_tests(bundle, inst["name"], [test_patch, gold], test_cmd, install, image, parse)
     for label, log in (("base + tests", log_before), ("gold", log_after)):
         if not _SUMMARY.search(log):
             raise CorpusError(f"{inst['name']}: the run on {label} did not finish:\n{log[-2500:]}")
@@ -207,7 +213,7 @@ def build_instance(project: dict[str, Any], inst: dict[str, Any], mirror: Path, 
         raise CorpusError(f"{inst['name']}: {why}\n{log_after[-2500:]}")
     wrong, kind = first_half(gold), "first half of the gold hunks"
     if wrong:  # kept only when it fixes less than gold and the suite still runs (pytest itself may import it)
-        statuses, log = run_tests(bundle, inst["name"], [test_patch, wrong], test_cmd, install, image)
+        statuses, log = run_tests(bundle, inst["name"], [test_patch, wrong], test_cmd, install, image, parse)
         if all(statuses.get(t) in PASSING for t in f2p) or not _SUMMARY.search(log):
             wrong = None
     if not wrong:
@@ -230,7 +236,27 @@ def build_instance(project: dict[str, Any], inst: dict[str, Any], mirror: Path, 
     }
     if install:
         row["install_cmd"] = install
+    if project.get("log_parser"):  # 5.x-shaped: the script applies the test patch and runs the runner
+        row.pop("test_cmd")
+        old = git(mirror, "ls-tree", "-r", "--name-only", base, "--", *diff_files(test_patch)).split()
+        row.update(image=V5_IMAGE.format(name=inst["name"]), log_parser=project["log_parser"],
+                   eval_type="pass_and_fail", eval_script=eval_script(commit, test_patch, old, test_cmd))
     return row, f"{kind}\n{wrong}"
+
+
+def diff_files(patch: str) -> list[str]:
+    return [line.split(" b/", 1)[1] for line in patch.splitlines() if line.startswith("diff --git ")]
+
+
+def eval_script(base: str, test_patch: str, old_tests: list[str], test_cmd: str) -> str:
+    """An eval script of SWE-bench 5.x's shape: the test files reset to the base, the test patch applied, the runner
+    between the test output markers, the test files reset again."""
+    reset = f"git checkout {base} {' '.join(old_tests)}" if old_tests else ":"
+    return "\n".join([
+        "#!/bin/bash", "set -uxo pipefail", "cd /testbed", "git config --global --add safe.directory /testbed",
+        "git status", f"git -c core.fileMode=false diff {base}", reset,
+        f"git apply -v - <<'EOF_114329324912'\n{test_patch.rstrip(chr(10))}\nEOF_114329324912",
+        f": '{START_MARKER}'", test_cmd, f": '{END_MARKER}'", reset]) + "\n"
 
 
 def build(mirrors: Path, only: list[str] | None, image: str, jobs: int) -> tuple[list[dict], list[str]]:

@@ -9,7 +9,9 @@ For each instance (images built first if missing), side by side, one at a time, 
   (start, then one exec running the snapshot of pytest's configuration, the patch ladder, test reset, test patch,
   canaries and the tests through the pinned launcher; container removed), canaries in place (else it stops);
 - bare: the docker CLI, ``docker run --rm -i --network none <image> bash -c "git apply - && <test_cmd>"``
-  with the gold and test patches on stdin, so both run the same tests in a fresh container of the same image.
+  with the gold and test patches on stdin, so both run the same tests in a fresh container of the same image (a 5.x
+  row: its own eval script instead of ``test_cmd``, only the gold patch on stdin, as the script applies its test
+  patch).
 
 ``--corpus``: the conformance corpus (tests/corpus, real bug fixes of real projects) instead of the mini
 benchmark. A gold patch graded unresolved there is a false alarm (the grader failing an honest fix): it is counted
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -54,11 +57,13 @@ class SideFailed(Exception):
 
 
 def bare(row: dict, image: str, ok_codes: tuple[int, ...] = (0,)) -> float:
-    patches = row["patch"] + row["test_patch"]  # disjoint files: one patch git applies at once
+    script = row.get("eval_script")  # a 5.x row's own script applies its test patch and runs its tests
+    patches = row["patch"] + ("" if script else row["test_patch"])  # disjoint files: one patch git applies at once
+    command = f"bash -c {shlex.quote(script)}" if script else row["test_cmd"]
     # The owner's labels too: another session's reaper removes a labelled container whose owner it cannot see.
     owner = [arg for key, value in owner_labels().items() for arg in ("--label", f"{key}={value}")]
     argv = ["docker", "run", "--rm", "-i", "--network", "none", "--label", f"rollout-farm.run={RUN_ID}", *owner,
-            image, "bash", "-c", f"git apply - && {row['test_cmd']}"]
+            image, "bash", "-c", f"git apply - && {command}"]
     began = time.perf_counter()
     done = subprocess.run(argv, check=False, input=patches.encode(), capture_output=True)
     seconds = time.perf_counter() - began
@@ -78,7 +83,7 @@ async def graded(row: dict, image: str, alarms: list[str] | None = None) -> tupl
     seconds = time.perf_counter() - began
     if alarms is not None and not result.resolved:
         alarms.append(f"{row['instance_id']}: {one_line(result.unresolved_reason or result.test_output)}")
-    elif not result.resolved or not result.canaries:
+    elif not result.resolved or not (result.canaries or row.get("eval_script")):  # its own runner: no canaries
         raise SideFailed(f"the gold patch did not resolve with canaries in place ({result.canaries}): "
                          f"{one_line(result.unresolved_reason or result.test_output)}")
     return seconds, result.durations
@@ -158,6 +163,7 @@ def corpus_dataset(where: Path, only: list[str] | None) -> Path:
         rows = [r for r in rows if r["instance_id"].split("-corpus-", 1)[1] in only]
     for row in rows:
         row["repo_path"] = str(CORPUS.parent / row["repo_path"])
+        row.pop("image", None)  # a 5.x row's image is only a name: built from repo_path as the others are
     path = where / "corpus.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path

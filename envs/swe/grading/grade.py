@@ -26,7 +26,7 @@ from envs.swe.grading.script_run import (
 from envs.swe.logs.pytest_log import FAILING, eval_section
 from envs.swe.logs.pytest_report import demote, read_junit, unconfirmed, wants_report
 from envs.swe.reports.harness import CATEGORIES, FAIL_TO_PASS, PASS_TO_PASS, Grade, is_resolved, status_by_category
-from envs.swe.rows.shapes import APPLY_LADDER, SWEBENCH5, EvalPlan, tests_of
+from envs.swe.rows.shapes import APPLY_LADDER, SWEBENCH5, EvalPlan, shape_of, tests_of
 from envs.swe.rows.specs import eval_plan
 from envs.swe.rows.v5 import ENVIRONMENT, categories, classify, judge, take_exit_code
 from rollout.errors import VerifierError
@@ -73,8 +73,8 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
         raise VerifierError(f"instance {ident} has no FAIL_TO_PASS tests", retryable=False)
     result = Grade(instance_id=ident, patch_is_None=model_patch is None,
                    patch_exists=bool(model_patch and model_patch.strip()))
-    if not result.patch_exists:
-        result.unresolved_reason = "no patch"
+    if not result.patch_exists:  # the row's harness: 5.x's report says infra_failure (false) for no patch too
+        result.unresolved_reason, result.harness = "no patch", shape_of(task_data)
         say(f"{ident}: no patch, unresolved")
         return result
     plan = eval_plan(task_data, ident)

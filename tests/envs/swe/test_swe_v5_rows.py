@@ -188,6 +188,19 @@ def test_the_eval_script_records_the_test_exit_code_on_a_line_only_it_can_print(
     assert ">>>>> Test Exit Code: 3" in done.stdout and done.returncode == 0
 
 
+def test_no_patch_for_a_5x_row_is_reported_as_5x_reports_it(calc):
+    from envs.swe.grading.grade import grade
+
+    def no_runtime():
+        raise AssertionError("no patch needs no runtime")
+
+    report = asyncio.run(grade(calc["rows"]["v5"], None, no_runtime)).report()["calc__calc-5"]
+    # 5.x writes infra_failure for every report, no patch included (found by the corpus's pyasn1 rows)
+    assert report == {"patch_is_None": True, "patch_exists": False, "patch_successfully_applied": False,
+                      "resolved": False, "infra_failure": False}
+    assert "infra_failure" not in asyncio.run(grade(calc["rows"]["v4"], "", no_runtime)).report()["calc__calc-4"]
+
+
 # ---- graded for real ---------------------------------------------------------------------------------------------
 
 
