@@ -5,18 +5,19 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from envs.swe.diffs import diff_paths
 from envs.swe.grading import canaries as canary_tests, twins as twin_tests
-from envs.swe.grading.eval_script import PRESENT, EvalScript, with_newline
+from envs.swe.grading.eval_script import EvalScript, with_newline
 from envs.swe.grading.patch import refusal
 from envs.swe.grading.protect import test_file_paths, test_like, to_reset, with_sections
 from envs.swe.grading.pytest_launch import grading_mode
 from envs.swe.grading.script_run import (
     ScriptRun,
     applied,
+    log_only,
     near,
     printed_step,
     remove_scratch,
@@ -146,7 +147,7 @@ async def grade(task_data: Mapping[str, Any], model_patch: str | None, runtime_f
             result.report_found = cases is not None
             # An id whose file is in no tree these tests ran in names a test of an inner run (pytest's own tests
             # print their pytester runs' lines): the report cannot confirm it; the log is read as the harness reads it.
-            result.log_only = _log_only(run, tested, id_files, diff_paths(test_patch) if plan.eval_script else ())
+            result.log_only = log_only(run, tested, id_files, diff_paths(test_patch) if plan.eval_script else ())
             unconfirmed_tests = unconfirmed(statuses, cases, [t for t in tested if t not in result.log_only])
             statuses = demote(statuses, unconfirmed_tests)
         mode = run.steps.get("mode")
@@ -226,17 +227,6 @@ def _reason(result: Grade, unconfirmed_tests: list[str], eval_timeout: float, wh
     return f"tests failed: {'; '.join(failing)}{restored}"
 
 
-def _log_only(run: ScriptRun, tested: list[str], id_files: list[str], later: Sequence[str]) -> list[str]:
-    """The ``tested`` ids no item of this pytest run can have: one that is no node id (``[100%]``, as the harness's
-    parser reads a progress line), or whose file the ``present`` step did not find in the repository (a 5.x row's
-    test patch, applied ``later`` by its own script, adds its files after that step)."""
-    step = run.steps.get("present")
-    present = {line[len(PRESENT) + 1:] for line in (step.output if step else "").splitlines()
-               if line.startswith(PRESENT + " ")}
-    absent = set(id_files) - present - set(later) if step is not None else set()
-    return [t for t in tested if "::" not in t or t.split("::", 1)[0] in absent]
-
-
 def _few(items: list[str], shown: int = 5) -> str:
     more = f" and {len(items) - shown} more" if len(items) > shown else ""
     return ", ".join(items[:shown]) + more
@@ -254,6 +244,3 @@ def _clock(result: Grade, began: float) -> Callable[..., float]:
         return seconds
 
     return mark
-
-
-# ---- the verifier ------------------------------------------------------------------------------

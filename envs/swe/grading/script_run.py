@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from envs.runtimes.output import decode
-from envs.swe.grading.eval_script import EvalScript
+from envs.swe.grading.eval_script import PRESENT, EvalScript
 from envs.swe.grading.protect import restored_sections
 from rollout.errors import VerifierError
 from rollout.protocols import ExecResult, Runtime
@@ -203,3 +203,14 @@ def tests_prepared(run: ScriptRun, patch_touched: bool) -> list[str] | str:
             raise VerifierError(f"instance {run.ident}: the test patch does not apply:\n{applied.output[-2000:]}",
                                 retryable=False)
     return restored
+
+
+def log_only(run: ScriptRun, tested: list[str], id_files: list[str], later: Sequence[str]) -> list[str]:
+    """The ``tested`` ids no item of this pytest run can have: one that is no node id (``[100%]``, as the harness's
+    parser reads a progress line), or whose file the ``present`` step did not find in the repository (a 5.x row's
+    test patch, applied ``later`` by its own script, adds its files after that step)."""
+    step = run.steps.get("present")
+    present = {line[len(PRESENT) + 1:] for line in (step.output if step else "").splitlines()
+               if line.startswith(PRESENT + " ")}
+    absent = set(id_files) - present - set(later) if step is not None else set()
+    return [t for t in tested if "::" not in t or t.split("::", 1)[0] in absent]

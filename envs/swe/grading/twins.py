@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.swe.grading.canaries import WORDS, collected
+from envs.swe.grading.canaries import WORDS
+from envs.swe.grading.collect import collected
 from envs.swe.logs.pytest_log import FAILING, PASSING
 from envs.swe.logs.pytest_report import REPORT_PASSED, REPORT_XFAIL, junit_address
 from envs.swe.reports.grade_record import TwinPair
