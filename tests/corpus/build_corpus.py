@@ -1,6 +1,6 @@
 """Build the grading conformance corpus: real upstream bug-fix commits as SWE-bench rows, from local mirrors.
 
-    .venv/bin/python tests/corpus/build_corpus.py --mirrors /work/.mirror [--only NAME ...] [--base IMAGE]
+    .venv/bin/python tests/corpus/build_corpus.py --mirrors DIR [--only NAME ...] [--base IMAGE]
 
 ``spec.json`` lists projects (upstream repository, runner, layout, ``test_cmd`` with ``{tests}`` for the test
 files the fix's tests touch, optional ``install_cmd``; ``log_parser`` for a runner whose output the pytest parser
@@ -16,7 +16,8 @@ image, read by the harness's parser as ``envs.swe.mini`` reads them (a ``log_par
 base + test patch, then + gold. A ``wrong`` patch is made per instance: the first half of the gold patch's hunks
 when it has two or more, that half leaves a FAIL_TO_PASS test failing and the suite still runs (it may break a
 module pytest itself imports), else a comment added where the gold patch changes code. Needs docker and the
-mirrors (the ``fetch`` tool's bare repositories ``<owner>+<name>/repo``); CI reads only what this writes into
+mirrors (a directory of bare clones, ``<owner>+<name>/repo`` each: ``git clone --mirror URL
+DIR/<owner>+<name>/repo``); CI reads only what this writes into
 ``data/``.
 """
 
@@ -361,7 +362,7 @@ def _read_json(path: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"), help="<owner>+<name>/repo git dirs")
+    parser.add_argument("--mirrors", type=Path, required=True, help="a directory of <owner>+<name>/repo bare clones")
     parser.add_argument("--only", nargs="+", help="instance or project names (others keep their rows)")
     parser.add_argument("--base", default=BASE_IMAGE, help="image the tests run in")
     parser.add_argument("--jobs", type=int, default=2)
