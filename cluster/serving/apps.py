@@ -3,6 +3,8 @@ it on the connected Ray cluster, wait until it answers, give the base URL, delet
 
 from __future__ import annotations
 
+import hashlib
+import json
 import socket
 import sys
 import time
@@ -12,7 +14,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from cluster.serving.config import ServeSection
+from cluster.serving.controls import ModelControls
 from cluster.serving.kinds import app_for
+from cluster.session.ray_private import head_node_address, kv_del, kv_get, kv_put, serve_http_config
+from cluster.session.serve_instance import quiet_reconnects, start_serve
 
 
 @dataclass
@@ -28,7 +33,7 @@ class ServedModel:
     def root_url(self) -> str:
         return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
 
-    def controls(self) -> Any:
+    def controls(self) -> ModelControls:
         """The RL controls of this model (``cluster.serving.controls``), as its kind gives them."""
         return app_for(self.section).controls(self)
 
@@ -47,7 +52,7 @@ class ServedModel:
 
 def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None) -> Any:
     """The Serve application ``section`` describes (its kind builds it; ``app: endpoint`` has none)."""
-    from cluster.serving.router import router_options
+    from cluster.serving.router import router_options  # it imports ray at its top (its router is Ray's)
 
     options = {**router_options(section.router, section.session_ttl), **section.num_replicas_options()}
     options.setdefault("logging_config", {"log_level": section.log_level, "enable_access_log": False})
@@ -64,8 +69,6 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
     kind = app_for(section)
     if not kind.deploys:
         return ServedModel(kind.url(section, base_url), model_id, section)
-    from cluster.session.serve_instance import start_serve
-
     # Quiet by default: an access-log line per model call drowns the run's progress (``serve.log_level``).
     quiet = {"log_level": section.log_level, "enable_access_log": False}
     remote = remote or spans_machines()
@@ -90,8 +93,6 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
         raise
     print(f"serve: {section.name!r} answers at {served.base_url} after {time.perf_counter() - t0:.1f}s",
           file=out, flush=True)
-    from cluster.session.ray_private import kv_put
-
     kv_put(FINGERPRINTS + section.name, mark.encode())
     return served
 
@@ -103,9 +104,6 @@ FINGERPRINTS = "rollout-farm/serve-fingerprint/"
 def fingerprint(section: ServeSection, model_id: str, dataset: str | None = None) -> str:
     """What an application's answers depend on: its kind, model, engine and deployment options, policy (not how
     long to wait for it, nor whether to keep it)."""
-    import hashlib
-    import json
-
     fields = section.model_dump(exclude={"keep", "ready_timeout", "log_level"})
     return hashlib.sha256(json.dumps([fields, model_id, dataset], sort_keys=True, default=str).encode()).hexdigest()
 
@@ -113,8 +111,6 @@ def fingerprint(section: ServeSection, model_id: str, dataset: str | None = None
 def standing_app(section: ServeSection, model_id: str, mark: str, root: str, out: TextIO) -> ServedModel | None:
     """The application already running on a standing cluster from the same fingerprint (a run before kept it,
     ``serve.keep``), reused instead of redeployed; None when there is none, or it differs, or it does not answer."""
-    from cluster.session.ray_private import kv_get
-
     if app_status(section.name)[0] != "RUNNING" or kv_get(FINGERPRINTS + section.name) != mark.encode():
         return None
     served = ServedModel(root + section.route_prefix.rstrip("/") + "/v1", model_id, section, deployed=True)
@@ -131,8 +127,6 @@ def forget_fingerprint(section: ServeSection | None) -> None:
     """The served weights changed (``reload_weights``): the next run must not take the application for the one
     its config describes."""
     if section is not None:
-        from cluster.session.ray_private import kv_del
-
         kv_del(FINGERPRINTS + section.name)
 
 
@@ -146,8 +140,6 @@ def spans_machines() -> bool:
 def proxy_url(remote: bool = False) -> str:
     """The root URL of Serve's HTTP proxy on this cluster (its host and port as Serve was started with); ``remote``:
     one other machines reach (the head node's address when the proxies listen on every interface)."""
-    from cluster.session.ray_private import head_node_address, serve_http_config
-
     options = serve_http_config()
     everywhere = options.host in ("0.0.0.0", "::", "")
     if remote and not everywhere and options.host.startswith("127."):
@@ -162,8 +154,6 @@ def deploy(app: Any, section: ServeSection) -> None:
     """Deploy ``app`` under ``section.name`` without ``serve.run``'s wait for RUNNING (it looks once a second):
     ``wait_ready`` sees it answer through the proxy sooner, and a failed deployment by its status."""
     from ray import serve
-
-    from cluster.session.serve_instance import quiet_reconnects
 
     try:
         from ray.serve.api import RunTarget

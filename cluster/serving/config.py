@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from cluster.serving.kinds import app_for, app_names
 from rollout.config.load import StrictModel
 
 DEFAULT_MAX_ONGOING_REQUESTS = 64
@@ -91,16 +92,12 @@ class ServeSection(StrictModel):
     @field_validator("app")
     @classmethod
     def _known(cls, app: str) -> str:
-        from cluster.serving.kinds import app_names
-
         if app not in app_names():
             raise ValueError(f"unknown serve app {app!r}; choose one of {', '.join(app_names())}")
         return app
 
     @model_validator(mode="after")
     def _needs(self) -> "ServeSection":
-        from cluster.serving.kinds import app_for
-
         problem = app_for(self).check(self)
         if problem:
             raise ValueError(problem)
@@ -129,8 +126,6 @@ def scripted_in_process(raw: dict[str, Any], config: Any) -> str | None:
     the policy is played by the run's in-process scripted server (``fake_server``: the same policy code the Serve
     app runs) instead of a Serve deployment, so a local run starts no Ray cluster. Edits ``raw`` to say so and
     returns the note for the user, or None when nothing changed (a real model still deploys on Serve)."""
-    from cluster.serving.kinds import app_for
-
     serve = config.serve
     if config.farm.backend != "local" or serve is None or config.fake_server is not None:
         return None

@@ -176,8 +176,8 @@ async def client_ms(name: str, model: Any, calls: int, in_flight: int = 1) -> tu
 
 def clients(served: Any, calls: int) -> None:
     """The farm worker's two ways to the run's own app: its HTTP client through the proxy, its handle model."""
-    from cluster.serving.handle.model import HandleModel
-    from cluster.serving.scripted_app import DEPLOYMENT
+    from cluster.serving.handle_model import HandleModel
+    from cluster.serving.kinds.scripted import DEPLOYMENT
     from rollout.models.client.model import OpenAIModel
 
     def models():
@@ -322,7 +322,7 @@ async def tokens_per_second(name: str, base_url: str, model: str, concurrent: in
 
 
 def plain_vllm(model_dir: str, port: int) -> subprocess.Popen:
-    from cluster.serving.subprocess_engine import engine_command
+    from cluster.serving.kinds.vllm_subprocess import engine_command
 
     command = engine_command(model_dir, "tiny", port, ENGINE)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

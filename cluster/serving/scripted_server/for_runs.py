@@ -11,6 +11,8 @@ from typing import Any
 
 from cluster.names import POLICIES
 from cluster.run.home import in_ray_job
+from cluster.serving.scripted_server.config import ScriptedServerConfig
+from cluster.serving.scripted_server.server import ScriptedServer, start_scripted_server
 from rollout.config.load import validate
 
 
@@ -19,10 +21,10 @@ def joins_cluster(farm: Any) -> bool:
     return farm.backend == "ray" and bool(farm.address or os.environ.get("RAY_ADDRESS") or in_ray_job())
 
 
-async def start_demo_server(section: Any, *, dataset: str | Path | None = None, remote: bool = False) -> Any:
-    """Serve ``section``'s policy; the server's ``url`` is what models should use as their base URL."""
-    from cluster.serving.scripted_server.server import ScriptedServerConfig, start_scripted_server
-
+async def start_demo_server(section: Any, *, dataset: str | Path | None = None,
+                            remote: bool = False) -> ScriptedServer:
+    """Serve ``section``'s policy (a config's ``fake_server`` section); the server's ``url`` is what models should
+    use as their base URL."""
     config = validate(ScriptedServerConfig, {
         "policy": POLICIES.resolve(section.policy), "latency": section.latency, "faults": section.faults,
         "dataset": str(dataset) if dataset is not None else None, "host": "0.0.0.0" if remote else "127.0.0.1",

@@ -23,6 +23,7 @@ from cluster.serving.scripted_server.token_routes import generate_events, genera
 from rollout.data.dataset import load_tasks
 from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models import scripted_tokens
+from rollout.models.policies import echo
 from rollout.models.scripted import ScriptedModel, ScriptedModelConfig
 from rollout.protocols import ModelResponse
 from rollout.records import RequestMeta
@@ -44,8 +45,6 @@ class ScriptedRoutes:
                  if config.dataset else {})
         self._owns_model = model is None
         if model is None and config.policy is None and config.outputs is None:
-            from rollout.models.policies import echo
-
             model = ScriptedModel(policy=echo, tasks=tasks, name=config.model)
         self.model = model or ScriptedModel.from_config(
             ScriptedModelConfig(outputs=config.outputs, policy=config.policy, name=config.model), tasks=tasks
@@ -82,7 +81,7 @@ class ScriptedRoutes:
     async def route(self, method: str, path: str, raw: bytes = b"", rollout_header: str = "",
                     too_large: str | None = None) -> Reply:
         """One request to an OpenAI route answered. The aiohttp server and the Ray Serve scripted app
-        (``cluster.serving.scripted_app``) both answer through this; ``too_large`` refuses the body with 413."""
+        (``cluster.serving.kinds.scripted``) both answer through this; ``too_large`` refuses the body with 413."""
         endpoint = path.rstrip("/")
         endpoint = endpoint[len("/v1"):] if endpoint.startswith("/v1/") else endpoint
         if method == "POST" and endpoint in KINDS:

@@ -18,6 +18,7 @@ from cluster.serving.scripted_server.api import Reply
 from cluster.serving.scripted_server.config import FaultsConfig, ScriptedServerConfig
 from cluster.serving.scripted_server.routes import ScriptedRoutes
 from rollout.config.load import config_error
+from rollout.gc_tuning import tune_gc
 from rollout.models.scripted import ScriptedModel
 from rollout.wire.chat import error_body, raise_open_file_limit
 
@@ -131,8 +132,6 @@ def serve_in_thread(config: ScriptedServerConfig | None = None,
 
 def serve(config: ScriptedServerConfig | None = None) -> None:
     """Run until interrupted (``rollout fake-server``); prints the URL first."""
-    from rollout.gc_tuning import tune_gc
-
     tune_gc()
 
     async def main() -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from cluster.serving.config import DEFAULT_MAX_ONGOING_REQUESTS, ServeSection
 from cluster.serving.controls import EndpointControls, NotSupported, ScriptedControls
-from cluster.serving.subprocess_engine import engine_command
-from cluster.serving.vllm_app import llm_config_fields
+from cluster.serving.kinds.vllm import llm_config_fields
+from cluster.serving.kinds.vllm_subprocess import engine_command
 from rollout.config.load import validate
 from rollout.errors import ConfigError
 

@@ -36,8 +36,8 @@ def _config(base_url: str, **fields):
 
 
 def test_the_handle_path_answers_as_the_proxy_does_with_token_data_and_usage(scripted):
-    from cluster.serving.handle.model import HandleModel
-    from cluster.serving.scripted_app import DEPLOYMENT
+    from cluster.serving.handle_model import HandleModel
+    from cluster.serving.kinds.scripted import DEPLOYMENT
     from rollout.models.client.model import OpenAIModel
     from rollout.records import RequestMeta
 
@@ -66,8 +66,8 @@ def test_the_handle_path_answers_as_the_proxy_does_with_token_data_and_usage(scr
 
 
 def test_each_rollouts_turns_stay_on_one_replica_and_rollouts_share_the_replicas(scripted):
-    from cluster.serving.handle.model import HandleModel, HandleTransport
-    from cluster.serving.scripted_app import DEPLOYMENT
+    from cluster.serving.handle_model import HandleModel, HandleTransport
+    from cluster.serving.kinds.scripted import DEPLOYMENT
     from rollout.records import RequestMeta
 
     model = HandleModel(_config(scripted.base_url), "test-handle", DEPLOYMENT)
@@ -92,7 +92,7 @@ def test_each_rollouts_turns_stay_on_one_replica_and_rollouts_share_the_replicas
 
 
 def test_a_missing_application_is_a_model_error_after_the_clients_retries(ray_cluster):
-    from cluster.serving.handle.model import HandleModel
+    from cluster.serving.handle_model import HandleModel
     from rollout.errors import ModelError
     from rollout.records import RequestMeta
 
@@ -104,7 +104,7 @@ def test_a_missing_application_is_a_model_error_after_the_clients_retries(ray_cl
 def test_the_composer_gives_the_handle_model_for_the_runs_own_scripted_app_only(scripted, ray_cluster):
     from cluster.compose import Composer
     from cluster.run.config import RunConfig
-    from cluster.serving.handle.model import HandleModel
+    from cluster.serving.handle_model import HandleModel
     from rollout.models.client.model import OpenAIModel
 
     def composer(**serve):

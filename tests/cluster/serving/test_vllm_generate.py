@@ -1,5 +1,5 @@
 """vLLM's token-in, token-out route (``POST /inference/v1/generate``) on the vLLM app (the tiny CPU model through
-``ray.serve.llm``, whose ingress lacks the route: ``cluster/serving/generate/serve_llm.py`` passes it through): the
+``ray.serve.llm``, whose ingress lacks the route: ``cluster/serving/generate_route.py`` passes it through): the
 ids sent are the ids the engine saw, the reply names the weights' label, token-in mode through it gives the stream
 it gives through ``/v1/completions``; and a client we did not write, the ``renderers`` package's generate client
 (what verifiers 0.4's training client calls), against it.

@@ -14,7 +14,20 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Iterator
 
-from cluster.serving.kinds import ServeApp
+from pydantic import BaseModel
+
+from cluster.names import POLICIES
+from cluster.serving.apps import ServedModel
+from cluster.serving.config import ServeSection
+from cluster.serving.controls import ScriptedControls
+from cluster.serving.handle_model import HandleModel
+from cluster.serving.kinds.base import ServeApp, app_path
+from cluster.serving.scripted_server.config import FaultsConfig, ScriptedServerConfig
+from cluster.serving.scripted_server.routes import ScriptedRoutes
+from cluster.serving.task_board import BoardTasks, clear_tasks, post_tasks
+from rollout.config.load import validate
+from rollout.models.client.model import OpenAIModel
+from rollout.records import Task
 
 DEPLOYMENT = "ScriptedPolicyServer"
 """The scripted app's one deployment (its ingress)."""
@@ -23,10 +36,6 @@ DEPLOYMENT = "ScriptedPolicyServer"
 class ScriptedPolicyServer:
     def __init__(self, server_config: dict[str, Any]):
         from ray import serve
-
-        from cluster.serving.scripted_server.config import ScriptedServerConfig
-        from cluster.serving.scripted_server.routes import ScriptedRoutes
-        from cluster.serving.task_board import BoardTasks
 
         self.server = ScriptedRoutes(ScriptedServerConfig.model_validate(server_config))
         context = serve.get_replica_context()
@@ -59,12 +68,6 @@ async def _each(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def app_path(request: Any) -> str:
-    """The request's path below the application's route prefix."""
-    path, root = request.scope["path"], request.scope.get("root_path", "")
-    return path[len(root):] if root and path.startswith(root) else path
-
-
 def build(server_config: dict[str, Any], options: dict[str, Any]) -> Any:
     """The Serve application: ``server_config`` is a ``ScriptedServerConfig``'s fields, ``options`` deployment
     options."""
@@ -80,46 +83,33 @@ class ScriptedApp(ServeApp):
     scripted = True
     reads_dataset = True
 
-    def preflight(self, section: Any) -> None:
-        from cluster.names import POLICIES
-        from cluster.serving.scripted_server.config import FaultsConfig
-        from rollout.config.load import validate
-
+    def preflight(self, section: ServeSection) -> None:
         validate(FaultsConfig, section.faults, prefix="serve.faults")
         POLICIES.load(section.policy, field="serve.policy")
 
-    def build(self, section: Any, model_id: str, options: dict[str, Any], *, dataset: str | None = None) -> Any:
-        from cluster.names import POLICIES
-
+    def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
+              dataset: str | None = None) -> Any:
         options.setdefault("ray_actor_options", {}).setdefault("num_cpus", 0)  # the policy takes no rollout's CPU
         server_config = {"policy": POLICIES.resolve(section.policy), "latency": section.latency,
                          "faults": section.faults, "dataset": dataset, "model": model_id, "check_model": True}
         return build(server_config, options)
 
-    def controls(self, served: Any) -> Any:
-        from cluster.serving.controls import ScriptedControls
-
+    def controls(self, served: ServedModel) -> ScriptedControls:
         return ScriptedControls()
 
-    def post_tasks(self, section: Any, tasks: list[Any]) -> None:
-        from cluster.serving.task_board import post_tasks
-
+    def post_tasks(self, section: ServeSection, tasks: list[Task]) -> None:
         post_tasks(section.name, tasks)
 
-    def clear_tasks(self, section: Any) -> None:
-        from cluster.serving.task_board import clear_tasks
-
+    def clear_tasks(self, section: ServeSection) -> None:
         clear_tasks(section.name)
 
-    def model_overrides(self, section: Any, model_config: Any) -> dict[str, Any]:
+    def model_overrides(self, section: ServeSection, model_config: BaseModel) -> dict[str, Any]:
         # the sticky router frees a rollout's replica when told the rollout ended
         return {"release_sessions": section.router == "sticky"}
 
-    def inside_model(self, section: Any, model: Any) -> Any:
+    def inside_model(self, section: ServeSection, model: Any) -> HandleModel | None:
         # A Ray process skips the proxy: the replicas' ``post`` through a handle (the chat client's calls only; a
         # token-in client talks to /v1/completions and keeps the proxy for all of a rollout's calls)
-        from rollout.models.client.model import OpenAIModel
-
         if not section.handle_calls or model.cls is not OpenAIModel or model.config.token_in:
             return None
         import ray
@@ -127,9 +117,7 @@ class ScriptedApp(ServeApp):
 
         if not ray.is_initialized() or ray_client.is_connected():  # a Ray client (ray://) keeps the HTTP face
             return None
-        from cluster.serving.handle.model import HandleModel
-
         return HandleModel(model.config, section.name, DEPLOYMENT)
 
-    def in_process(self, section: Any) -> dict[str, Any] | None:
+    def in_process(self, section: ServeSection) -> dict[str, Any] | None:
         return {"policy": section.policy, "latency": section.latency, "faults": section.faults}

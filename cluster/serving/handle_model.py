@@ -15,6 +15,7 @@ import asyncio
 import json
 from typing import Any
 
+from rollout.models.client.config import OpenAIModelConfig
 from rollout.models.client.http1 import Response
 from rollout.models.client.model import OpenAIModel
 from rollout.records import RequestMeta
@@ -30,7 +31,7 @@ class HandleModel(OpenAIModel):
     application ``app`` (the method ``method`` of its replicas). Safe to share across the rollouts of a process;
     a pickled copy makes its own handle."""
 
-    def __init__(self, config: Any, app: str, deployment: str, method: str = "post"):
+    def __init__(self, config: OpenAIModelConfig, app: str, deployment: str, method: str = "post"):
         super().__init__(config)
         self.app, self.deployment, self.method = app, deployment, method
         self._handle: Any = None

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from cluster.serving.kinds import ServeApp
+from cluster.serving.config import ServeSection
+from cluster.serving.kinds.base import ServeApp
 
 
 class EndpointApp(ServeApp):
     deploys = False
 
-    def url(self, section: Any, base_url: str | None) -> str:
+    def url(self, section: ServeSection, base_url: str | None) -> str:
         url = section.base_url or base_url
         if not url:
             raise ValueError("serve.base_url (or model.base_url) is required for app: endpoint")

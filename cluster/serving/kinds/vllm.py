@@ -8,8 +8,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from pydantic import BaseModel
+
+from cluster.serving.apps import ServedModel
 from cluster.serving.config import ServeSection
-from cluster.serving.kinds import ServeApp
+from cluster.serving.controls import EndpointControls, EngineControls, ModelControls
+from cluster.serving.kinds.base import ServeApp
+from rollout.errors import ConfigError
 
 MIN_VLLM_CPUS = 4
 """Ray Serve LLM places an engine with its ingress in a placement group: fewer logical CPUs and it never starts."""
@@ -41,12 +46,12 @@ def llm_config_fields(section: ServeSection, model_id: str, options: dict[str, A
 
 
 def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
-    """Ray's OpenAI app plus vLLM's token-in route, ``/inference/v1/generate`` (``cluster.serving.generate``);
+    """Ray's OpenAI app plus vLLM's token-in route, ``/inference/v1/generate`` (``cluster.serving.generate_route``);
     with ``controls`` (the default), Ray's development ingress: also /pause, /resume, /reset_prefix_cache, /sleep,
     /wakeup, /collective_rpc and /update_weight_version, which ``cluster.serving.controls`` drives."""
     from ray.serve.llm import LLMConfig
 
-    from cluster.serving.generate.serve_llm import build_app
+    from cluster.serving.generate_route import build_app  # it imports Starlette (the serve extra) at its top
 
     return build_app(LLMConfig(**llm_config_fields(section, model_id, options)), section.controls)
 
@@ -60,8 +65,6 @@ class VllmApp(ServeApp):
         return None
 
     def preflight(self, section: ServeSection) -> None:
-        from rollout.errors import ConfigError
-
         source = section.model_source
         if source and source.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(source)):
             raise ConfigError(f"no model directory at {source} (make one with `rollout models tiny DIR`)",
@@ -75,14 +78,12 @@ class VllmApp(ServeApp):
               dataset: str | None = None) -> Any:
         return build(section, model_id, options)
 
-    def controls(self, served: Any) -> Any:
-        from cluster.serving.controls import EndpointControls, EngineControls
-
+    def controls(self, served: ServedModel) -> ModelControls:
         if not served.section.controls:
             return EndpointControls()
         return EngineControls([served.root_url], served.model_id, flavour="serve_llm", cpu=served.section.cpu)
 
-    def model_overrides(self, section: ServeSection, model_config: Any) -> dict[str, Any]:
+    def model_overrides(self, section: ServeSection, model_config: BaseModel) -> dict[str, Any]:
         # vLLM salts its prefix cache per policy version; Ray Serve LLM's /tokenize is broken with vLLM 0.32, so
         # token-in mode renders with the model's own tokenizer
         overrides: dict[str, Any] = {"release_sessions": False, "cache_salt": True}

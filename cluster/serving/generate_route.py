@@ -14,6 +14,7 @@ No ``from __future__ import annotations`` here: FastAPI reads the ingress method
 import json
 from typing import Any, AsyncIterator
 
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -30,7 +31,6 @@ class Generate:
 
     async def generate_tokens(self, body: dict, raw_request_info: Any = None) -> AsyncIterator[Any]:
         """A dict ``{"status", "payload"}`` for a whole reply or an error, else the server-sent events' chunks."""
-        from pydantic import ValidationError
         from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest, GenerateResponseBase
         from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 

@@ -10,6 +10,7 @@ reach every engine, not only the one a request happens to be routed to.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -17,10 +18,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from typing import Any
 
+import aiohttp
+from pydantic import BaseModel
+
+from cluster.serving.apps import ServedModel
 from cluster.serving.config import ServeSection
-from cluster.serving.vllm_app import VllmApp
+from cluster.serving.controls import EngineControls
+from cluster.serving.kinds.base import app_path
+from cluster.serving.kinds.vllm import CPU_MEMORY_FRACTION, VllmApp
+from cluster.session.ray_private import kv_del, kv_get, kv_keys, kv_put
 from rollout.wire.generate import GENERATE_PATH, with_placeholders
 
 ENGINE_KEY_PREFIX = "rollout-farm/engines/"
@@ -58,15 +67,11 @@ class VllmProcessServer:
         self._wait_ready(ready_timeout)
         from ray import serve
 
-        from cluster.session.ray_private import kv_put
-
         self.key = f"{ENGINE_KEY_PREFIX}{app}/{serve.get_replica_context().replica_id.unique_id}"
         kv_put(self.key, self.url.encode())
         self.http: Any = None
 
     def _wait_ready(self, timeout: float) -> None:
-        import urllib.request
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -87,20 +92,17 @@ class VllmProcessServer:
             raise RuntimeError(f"the vllm process exited with {self.process.returncode}; {self._tail()}")
 
     async def __call__(self, request: Any) -> Any:
-        import aiohttp
         from starlette.responses import Response
 
         if self.http is None:
             self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
-        from cluster.serving.scripted_app import app_path
-
         target = self.url + app_path(request) + (f"?{request.url.query}" if request.url.query else "")
         async with self.http.request(request.method, target, data=await request.body(), headers=headers) as reply:
             body = await reply.read()
             kept = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS}
             if reply.status == 200 and app_path(request) == GENERATE_PATH and body.startswith(b"{"):
-                # the token_id:N placeholder earlier clients check (cluster/serving/generate/serve_llm.py)
+                # the token_id:N placeholder earlier clients check (cluster/serving/generate_route.py)
                 body = json.dumps(with_placeholders(json.loads(body))).encode()
                 kept.pop("content-length", None)
             return Response(body, status_code=reply.status, headers=kept)
@@ -116,8 +118,6 @@ class VllmProcessServer:
         key = getattr(self, "key", None)
         if key:
             try:
-                from cluster.session.ray_private import kv_del
-
                 kv_del(key)
             except Exception:  # noqa: BLE001 - the cluster may be going away
                 pass
@@ -126,8 +126,6 @@ class VllmProcessServer:
 def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
     kwargs = {"enable_scale_out": True, **section.engine_kwargs}  # vllm serve mounts /inference/v1/generate then
     if section.cpu:
-        from cluster.serving.vllm_app import CPU_MEMORY_FRACTION
-
         kwargs.setdefault("gpu_memory_utilization", CPU_MEMORY_FRACTION)
     from ray import serve
 
@@ -140,8 +138,6 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
 
 def engine_urls(app: str) -> list[str]:
     """The engine URLs the replicas of application ``app`` recorded (on the connected cluster)."""
-    from cluster.session.ray_private import kv_get, kv_keys
-
     values = [kv_get(k) for k in kv_keys(f"{ENGINE_KEY_PREFIX}{app}/")]
     return sorted(v.decode() for v in values if v)
 
@@ -153,13 +149,9 @@ class SubprocessVllmApp(VllmApp):
               dataset: str | None = None) -> Any:
         return build(section, model_id, options)
 
-    def controls(self, served: Any) -> Any:
-        import functools
-
-        from cluster.serving.controls import EngineControls
-
+    def controls(self, served: ServedModel) -> EngineControls:
         return EngineControls(functools.partial(engine_urls, served.section.name), served.model_id,
                               flavour="vllm", cpu=served.section.cpu)
 
-    def model_overrides(self, section: ServeSection, model_config: Any) -> dict[str, Any]:
+    def model_overrides(self, section: ServeSection, model_config: BaseModel) -> dict[str, Any]:
         return {"release_sessions": False, "cache_salt": True}

@@ -1,1 +1,0 @@
-"""vLLM's token-in, token-out route on the Serve model tier."""

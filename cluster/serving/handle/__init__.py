@@ -1,1 +1,0 @@
-"""Calls from inside the cluster to the run's own Serve application, without the HTTP proxy."""
