@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from typing import Any, List, Optional
 
+from ray.serve.config import RequestRouterConfig
 from ray.serve.experimental.consistent_hash_router import ConsistentHashRouter
 from ray.serve.request_router import PendingRequest, ReplicaID, RunningReplica
 
@@ -85,8 +86,6 @@ class StickyLeastLoadedRouter(ConsistentHashRouter):
 
 def router_options(router: str, session_ttl: float) -> dict[str, Any]:
     """The ``request_router_config`` deployment option for a ``serve.router`` choice ({} for Ray's default)."""
-    from ray.serve.config import RequestRouterConfig
-
     if router == "sticky":
         return {"request_router_config": RequestRouterConfig(
             request_router_class=STICKY_ROUTER, request_router_kwargs={"session_ttl": session_ttl})}
