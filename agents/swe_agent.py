@@ -43,7 +43,7 @@ class MiniSweAgentConfig(Limits):
 class MiniSweAgent(LoopAgent):
     speaks_responses_api = False
     """It owns the whole episode (its prompts, the submission in the repository): the agent server answers 501 on
-    ``/v1/responses``, as NeMo Gym's Mini SWE agent does (``rollout.protocols.CAPABILITIES``)."""
+    ``/v1/responses``, as NeMo Gym's Mini SWE agent does (``rollout.protocols.AgentCapabilities``)."""
 
     def __init__(self, config: MiniSweAgentConfig | None = None, parser: ActionParser | None = None):
         self.config = config or MiniSweAgentConfig()

@@ -17,9 +17,18 @@ from pydantic import BaseModel
 
 from cluster.names import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, with_policy_path
 from cluster.run.config import RunConfig
+from cluster.serving.kinds import app_for
+from rollout.config.components import (
+    ChecksRows,
+    EndpointModelConfig,
+    FromConfig,
+    PicksImages,
+    RunsContainers,
+    RunsImages,
+)
 from rollout.config.load import deep_merge, validate
 from rollout.errors import ConfigError
-from rollout.protocols import Agent, Environment, Model, Verifier
+from rollout.protocols import Agent, Environment, HasLimits, Model, Runtime, Verifier
 from rollout.records import RequestMeta, Task
 from rollout.registry import Registry
 from rollout.termination import Limits
@@ -28,12 +37,13 @@ from rollout.termination import Limits
 @dataclass
 class Component:
     cls: type
-    config: Any
+    config: BaseModel | dict[str, Any]
+    """The section validated by the class's ``<Name>Config``; the section as it is for a class without one."""
 
 
 @dataclass
 class Profile:
-    agent: Any
+    agent: Agent
     limits: Limits
     environment: Component
     runtime: Component | None
@@ -65,9 +75,14 @@ def component(registry: Registry, section: dict[str, Any] | None, field: str) ->
 
 def build(comp: Component, **deps: Any) -> Any:
     """``cls.from_config(config, **deps)`` (or ``cls(config, **deps)``), passing only the deps it accepts."""
-    factory = getattr(comp.cls, "from_config", comp.cls)
+    factory = _factory(comp.cls)
     params, takes_all = _accepts(factory)
     return factory(comp.config, **{k: v for k, v in deps.items() if takes_all or k in params})
+
+
+def _factory(cls: type) -> Callable[..., Any]:
+    """What builds a component of ``cls`` from its section: its ``from_config`` (``FromConfig``), else the class."""
+    return cls.from_config if isinstance(cls, type) and issubclass(cls, FromConfig) else cls
 
 
 @functools.lru_cache(maxsize=256)
@@ -80,8 +95,6 @@ def _accepts(factory: Callable[..., Any]) -> tuple[frozenset[str], bool]:
 
 def model_is_scripted(config: RunConfig) -> bool:
     """Scripted outputs, in process or served by our own scripted server or Serve app: safe to run on the host."""
-    from cluster.serving.kinds import app_for
-
     scripted_app = config.serve is not None and app_for(config.serve).scripted
     return config.model.get("type") == "scripted" or config.fake_server is not None or scripted_app
 
@@ -91,9 +104,7 @@ class Composer:
         self.config = config
         self.model_component = component(MODELS, with_policy_path(config.model, "model.policy"), "model")
         serve, model_config = config.serve, self.model_component.config
-        if serve is not None and hasattr(model_config, "release_sessions"):  # what the model's kind sets
-            from cluster.serving.kinds import app_for
-
+        if serve is not None and isinstance(model_config, EndpointModelConfig):  # what the model tier's kind sets
             overrides = app_for(serve).model_overrides(serve, model_config)
             if overrides:
                 self.model_component = Component(self.model_component.cls, model_config.model_copy(update=overrides))
@@ -112,31 +123,28 @@ class Composer:
         """Container engines the profiles' runtimes use (their leftovers are reaped at a run's start)."""
         engines = set()
         for profile in self.profiles.values():
-            if profile.runtime is not None and hasattr(profile.runtime.config, "engine"):
-                cfg = profile.runtime.config
-                engines.add(cfg.engine or ("podman" if cfg.type == "podman" else "docker"))
+            if profile.runtime is not None and isinstance(profile.runtime.config, RunsContainers):
+                engines.add(profile.runtime.config.container_engine)
         return engines
 
     def image_of(self, task: Task) -> str | None:
-        """The image ``task``'s container runs from: its own (``envs.images.image_names.image_for``) when its
-        environment picks one per task (SWE), else its runtime's; None for a runtime without images."""
+        """The image ``task``'s container runs from: its own when its environment picks one per task (``PicksImages``:
+        SWE), else its runtime's; None for a runtime without images."""
         profile = self.profiles.get(task.data.get("profile"))
         runtime = profile.runtime.config if profile is not None and profile.runtime is not None else None
-        if runtime is None or not hasattr(runtime, "image"):
+        if not isinstance(runtime, RunsImages):
             return None
-        if hasattr(profile.environment.config, "build_images"):
-            from envs.images.image_names import image_for
-
-            return image_for(task.data)
+        if issubclass(profile.environment.cls, PicksImages):
+            return profile.environment.cls.image_for(task)
         return runtime.image
 
     def row_check(self) -> Callable[[Task], None] | None:
-        """The dataset row checks of every environment in use (``check_row`` of its module), or None."""
-        checks = []
+        """The dataset row checks of every environment in use (``ChecksRows``), or None."""
+        checks: list[Callable[[Task], None]] = []
         for profile in self.profiles.values():
-            check = getattr(sys.modules[profile.environment.cls.__module__], "check_row", None)
-            if check is not None and check not in checks:
-                checks.append(check)
+            env_cls = profile.environment.cls
+            if issubclass(env_cls, ChecksRows) and env_cls.check_row not in checks:
+                checks.append(env_cls.check_row)
         if not checks:
             return None
 
@@ -178,18 +186,16 @@ class Composer:
         if problems:
             raise ConfigError("\n".join([problems[0].message, *(str(e) for e in problems[1:])]), problems[0].field)
         agent_obj = build(parts["agent"])
-        limits = agent_obj.limits() if hasattr(agent_obj, "limits") else Limits()
+        limits = agent_obj.limits() if isinstance(agent_obj, HasLimits) else Limits()
         return Profile(agent=agent_obj, limits=limits, environment=parts["environment"], runtime=parts["runtime"],
                        verifier=parts["verifier"])
 
     def build_model(self, base_url: str | None = None) -> Model:
         comp = self.model_component
         config = comp.config
-        if base_url is not None and hasattr(config, "base_url"):
+        if base_url is not None and isinstance(config, EndpointModelConfig):
             config = config.model_copy(update={"base_url": base_url})
             if self.config.serve is not None:  # the run's own Serve app: its kind may skip the HTTP proxy
-                from cluster.serving.kinds import app_for
-
                 inside = app_for(self.config.serve).inside_model(self.config.serve, Component(comp.cls, config))
                 if inside is not None:
                     return inside
@@ -197,7 +203,10 @@ class Composer:
 
     def model_url(self, base_url: str | None = None) -> str | None:
         """The URL ``build_model(base_url)`` talks to; None for a model without one (scripted, in process)."""
-        return base_url if base_url is not None else getattr(self.model_component.config, "base_url", None)
+        config = self.model_component.config
+        if base_url is None and isinstance(config, EndpointModelConfig):
+            return config.base_url
+        return base_url
 
     def parts(self, task: Task, meta: RequestMeta | None = None) -> RolloutParts:
         profile = self.profiles[task.data.get("profile")]
@@ -213,20 +222,20 @@ class Composer:
         if profile.runtime is None:
             return build(profile.environment)
         runtime_builder = self._runtime_builder(profile.runtime, meta)
-        factory = getattr(profile.environment.cls, "from_config", profile.environment.cls)
         # an environment takes a runtime, or a builder when it picks the image per task (SWE)
-        wants_runtime = "runtime" in _accepts(factory)[0]
+        wants_runtime = "runtime" in _accepts(_factory(profile.environment.cls))[0]
         return build(profile.environment, runtime=runtime_builder() if wants_runtime else None,
                      runtime_builder=runtime_builder)
 
-    def _runtime_builder(self, comp: Component, meta: RequestMeta) -> Callable[..., Any]:
+    def _runtime_builder(self, comp: Component, meta: RequestMeta) -> Callable[..., Runtime]:
         """``builder(**overrides)``: a new runtime of this section, with overrides of its config fields
         (``image=``, ``workdir=``) where it has them. Run and rollout ids label containers, so a reaper
         can find what a crash left behind."""
 
-        def builder(**overrides: Any) -> Any:
+        def builder(**overrides: Any) -> Runtime:
             config = comp.config
-            known = {k: v for k, v in overrides.items() if k in getattr(type(config), "model_fields", {})}
+            fields = type(config).model_fields if isinstance(config, BaseModel) else {}
+            known = {k: v for k, v in overrides.items() if k in fields}
             if known:
                 config = config.model_copy(update=known)
             return build(Component(comp.cls, config), trusted_model=self.trusted_model, run_id=meta.run_id,

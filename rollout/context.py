@@ -8,7 +8,7 @@ import time
 from typing import Any, Iterable
 
 from rollout import events
-from rollout.errors import ModelError, RolloutError
+from rollout.errors import ModelError, RolloutError, TaskOutcome
 from rollout.events import Emitter, Observer
 from rollout.protocols import Model
 from rollout.records import Message, Observation, RequestMeta, Step, Trajectory
@@ -101,9 +101,8 @@ class RolloutContext:
         traj = self.trajectory
         traj.exit_reason = outcome.exit_reason
         traj.exit_message = outcome.message or None
-        submission = getattr(outcome, "submission", None)
-        if submission is not None:
-            traj.submission = submission
+        if isinstance(outcome, TaskOutcome) and outcome.submission is not None:
+            traj.submission = outcome.submission
         if traj.steps:
             traj.steps[-1].termination_reason = outcome.exit_reason
 

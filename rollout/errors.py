@@ -59,6 +59,8 @@ class RolloutError(Exception):
     """Base of every error this project raises on purpose."""
 
     exit_reason: ExitReason = ExitReason.INTERNAL_ERROR
+    retryable: bool = True
+    """Whether another attempt could end differently (``is_retryable``); an infrastructure error sets its own."""
 
     def __init__(self, message: str = ""):
         super().__init__(message)
@@ -198,6 +200,8 @@ class AgentProtocolError(InfrastructureError):
 class ConfigError(RolloutError):
     """A bad config or dataset. Raised before any work starts; the message names the field."""
 
+    retryable = False  # a config problem that only shows at run time shows again
+
     def __init__(self, message: str = "", field: str = ""):
         super().__init__(message)
         self.args = (message, field)
@@ -210,9 +214,7 @@ class ConfigError(RolloutError):
 def is_retryable(exc: BaseException) -> bool:
     """Whether another attempt could end differently. An infrastructure error says so itself (``retryable``);
     a config problem that only shows at run time never can; anything else (an untyped bug, a lost worker) may."""
-    if isinstance(exc, ConfigError):
-        return False
-    return bool(getattr(exc, "retryable", True))
+    return exc.retryable if isinstance(exc, RolloutError) else True
 
 
 ALL_ERROR_TYPES: tuple[type[RolloutError], ...] = (

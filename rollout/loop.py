@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from rollout.context import RolloutContext
 from rollout.errors import FormatError, TaskOutcome
-from rollout.protocols import Environment, Model, ModelResponse
+from rollout.protocols import AgentCapabilities, Environment, Model, ModelResponse
 from rollout.records import Action, EpisodeSummary, ExitReason, Message, Observation, Step, Task, Trajectory
 from rollout.strategy import Strategy
 from rollout.termination import Limits
@@ -171,9 +171,9 @@ class Episode:
         )
 
 
-class LoopAgent:
+class LoopAgent(AgentCapabilities):
     """Base of the agents the loop drives: ``run`` and ``session`` from the strategy hooks. Subclasses set
-    ``config`` (a ``Limits`` subclass) and ``parser``."""
+    ``config`` (a ``Limits`` subclass) and ``parser``, and the capability flags they have (``AgentCapabilities``)."""
 
     config: Limits
     offers_tools = False

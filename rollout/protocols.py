@@ -1,9 +1,14 @@
 """The seams: small async Protocols that models, runtimes, environments, verifiers, parsers and
-agents implement. Implementations never inherit from them; they only match the shape."""
+agents implement. Implementations never inherit from them; they only match the shape.
+
+Beside them, what a part may offer beyond its seam, declared here and never probed by name: optional abilities as
+Protocols (``HasRuntime``, ``EndsSessions``, ``HoldsConnections``, ``HasLimits``, ``Staged``), asked with
+``isinstance``; and capability flags as class attributes with their defaults (``AgentCapabilities``,
+``EnvironmentCapabilities``), read through ``declared``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from pydantic import Field
 
@@ -11,6 +16,7 @@ from rollout.records import Action, Message, Observation, Record, RequestMeta, R
 
 if TYPE_CHECKING:
     from rollout.context import RolloutContext
+    from rollout.termination import Limits
 
 
 class ModelResponse(Record):
@@ -39,6 +45,24 @@ class Model(Protocol):
         """Return the next assistant message. Raises ``ContextLengthExceeded`` when the prompt no
         longer fits, ``ModelError`` when the endpoint keeps failing."""
         ...
+
+
+@runtime_checkable
+class EndsSessions(Protocol):
+    """An optional ability of a model: it keeps something per rollout (a token stream, the replica a sticky router
+    gave the rollout) that it lets go of when the rollout ends. The runner calls it once per rollout, whatever
+    the outcome."""
+
+    async def end_session(self, meta: RequestMeta) -> None:
+        """Best effort: never raises."""
+        ...
+
+
+@runtime_checkable
+class HoldsConnections(Protocol):
+    """An optional ability of a model: connections (HTTP sessions, pools) that its owner closes when done with it."""
+
+    async def aclose(self) -> None: ...
 
 
 class ExecResult(Record):
@@ -109,6 +133,27 @@ class HasRuntime(Protocol):
 
 
 @runtime_checkable
+class Staged(Protocol):
+    """An optional ability of an environment: a task in stages (Harbor's multi-step tasks). Each time the agent's run
+    of a stage ends with a task outcome, the runner asks for the next stage and runs the agent on it in the same
+    environment (``rollout.runner.run_stages``)."""
+
+    async def next_stage(self) -> Task | None:
+        """Grade the stage just done; the next stage's task (its instruction as the prompt), or None: no stage is
+        left, or this one's gate was not met."""
+        ...
+
+
+class EnvironmentCapabilities:
+    """The capability flags of an environment class, with the values of one that declares none (as Gymnasium's
+    ``Env.metadata``): a class that has another value inherits this and sets it."""
+
+    closes_sessions: ClassVar[bool] = False
+    """``close`` ends a session on a remote server (a resources server), so the environment takes the agent server's
+    ``gym.cleanup_timeout`` as its ``cleanup_timeout``."""
+
+
+@runtime_checkable
 class Verifier(Protocol):
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
         """The verdict on a finished rollout, its environment still open. What the rollout returns besides its
@@ -131,20 +176,6 @@ class GradingSource(Protocol):
     def fresh_runtime(self, task: Task) -> "Runtime": ...
 
 
-CAPABILITIES: dict[str, bool] = {"speaks_responses_api": True, "closes_sessions": False}
-"""Optional class attributes an agent or an environment declares, and the value when it does not:
-
-- ``speaks_responses_api`` (agents): the agent can play the tool loop alone on a Responses request (the agent
-  server's ``/v1/responses``); False for one that owns the whole episode (the Mini-SWE agent: 501 there).
-- ``closes_sessions`` (environments): ``close`` ends a session on a remote server (a resources server), so the
-  environment takes the agent server's ``gym.cleanup_timeout`` as its ``cleanup_timeout``."""
-
-
-def capability(component: Any, name: str) -> bool:
-    """What ``component`` (a class, as a registry resolves it, or an instance) declares for capability ``name``."""
-    return bool(getattr(component, name, CAPABILITIES[name]))
-
-
 @runtime_checkable
 class ActionParser(Protocol):
     def parse(self, message: Message) -> list[Action]:
@@ -158,6 +189,33 @@ class Agent(Protocol):
         """Drive the episode, appending to ``ctx.trajectory``; end by raising a ``TaskOutcome``
         (``Submitted``, ``NaturalCompletion``, a limit, ...). Infrastructure errors propagate."""
         ...
+
+
+@runtime_checkable
+class HasLimits(Protocol):
+    """An optional ability of an agent: the limits its config sets (steps, tokens, time); the rollouts of an agent
+    without it run under the run's limits alone."""
+
+    def limits(self) -> Limits: ...
+
+
+class AgentCapabilities:
+    """The capability flags of an agent class, with the values of one that declares none: a class that has another
+    value inherits this and sets it (``rollout.loop.LoopAgent`` inherits it for every agent built on the loop)."""
+
+    speaks_responses_api: ClassVar[bool] = True
+    """The agent can play the tool loop alone on a Responses request (the agent server's ``/v1/responses``); False
+    for one that owns the whole episode (the Mini-SWE agent: 501 there)."""
+
+
+C = TypeVar("C")
+
+
+def declared(component: object, capabilities: type[C]) -> type[C]:
+    """Where ``component``'s capability flags are read (a class, as a registry resolves it, or an instance): its own
+    class when it inherits ``capabilities``, else ``capabilities`` itself, whose values are the defaults."""
+    cls = component if isinstance(component, type) else type(component)
+    return cls if issubclass(cls, capabilities) else capabilities
 
 
 @runtime_checkable

@@ -25,7 +25,7 @@ from rollout.errors import (
     is_retryable,
 )
 from rollout.events import Observer
-from rollout.protocols import Agent, Environment, Model, Verifier
+from rollout.protocols import Agent, EndsSessions, Environment, Model, Staged, Verifier
 from rollout.records import ErrorInfo, RequestMeta, RolloutResult, Task, Usage
 from rollout.termination import Limits, Termination
 from rollout.train.tokens import contiguity_breaks, has_token_data
@@ -87,11 +87,11 @@ async def run_rollout(
 
 
 async def _end_session(model: Model, meta: RequestMeta) -> None:
-    """A model client that keeps per-rollout server state (a sticky session) is told the rollout ended."""
-    end = getattr(model, "end_session", None)
-    if end is not None:
+    """A model that keeps something per rollout (``EndsSessions``: a token stream, a sticky replica) is told the
+    rollout ended."""
+    if isinstance(model, EndsSessions):
         try:
-            await end(meta)
+            await model.end_session(meta)
         except Exception:  # noqa: BLE001 - a courtesy to the server; the rollout's result stands
             pass
 
@@ -201,10 +201,10 @@ def _mark_infra(result: RolloutResult, exc: BaseException, original: BaseExcepti
     result.error = info
 
 
-def task_limits(task: Any, limits: Limits | None) -> Limits | None:
+def task_limits(task: Task, limits: Limits | None) -> Limits | None:
     """``limits`` with the task's own ``data["time_limit"]`` (seconds) when it is tighter (a Harbor task's agent
     timeout)."""
-    own = (getattr(task, "data", None) or {}).get("time_limit")
+    own = task.data.get("time_limit")
     if not isinstance(own, (int, float)) or isinstance(own, bool) or own <= 0:
         return limits
     limits = limits or Limits()
@@ -213,17 +213,18 @@ def task_limits(task: Any, limits: Limits | None) -> Limits | None:
     return limits.model_copy(update={"time_limit": float(own)})
 
 
-async def run_stages(agent: Any, task: Any, model: Any, env: Any, ctx: RolloutContext,
+async def run_stages(agent: Agent, task: Task, model: Model, env: Environment, ctx: RolloutContext,
                      outcome: BaseException) -> BaseException:
-    """A task in stages (Harbor's multi-step tasks): while the last stage ended with a task outcome, an environment
-    with ``next_stage()`` grades it and returns the next stage's task (its instruction as the prompt), or None (no
-    more, or the stage's gate was not met). The agent runs again in the same environment with a fresh conversation
+    """A task in stages (Harbor's multi-step tasks): while the last stage ended with a task outcome, a ``Staged``
+    environment grades it and returns the next stage's task (its instruction as the prompt), or None (no more, or
+    the stage's gate was not met). The agent runs again in the same environment with a fresh conversation
     and the stage's limits; its messages and steps join the rollout's trajectory (a trainer sees the new prompt as a
     break in the token stream), and the last stage's exit is the rollout's."""
-    advance = getattr(env, "next_stage", None)
-    while advance is not None and isinstance(outcome, (TaskOutcome, FormatError)):
+    if not isinstance(env, Staged):
+        return outcome
+    while isinstance(outcome, (TaskOutcome, FormatError)):
         try:
-            stage = await advance()
+            stage = await env.next_stage()
         except Exception as exc:  # noqa: BLE001 - grading a stage failed: the runner labels it
             return exc
         if stage is None:

@@ -28,7 +28,7 @@ from typing import Any
 from cluster.gym.config import GymSection
 from cluster.gym.request_guards import BodyLimit, ClientGone, while_connected
 from cluster.gym.rows import RowError, episode_reply, episode_task, failure_of, legacy_task, verify_reply
-from rollout.protocols import capability
+from rollout.protocols import AgentCapabilities, declared
 from rollout.records import RolloutResult, Task
 from rollout.waits import within
 
@@ -65,7 +65,8 @@ class EpisodeRunner:
         self.farm, self.settings = farm, settings
         profiles = farm.profiles()
         self.profiles = [name for name in profiles if name is not None]
-        self.responses_api = {name: capability(p.agent, "speaks_responses_api") for name, p in profiles.items()}
+        self.responses_api = {name: declared(p.agent, AgentCapabilities).speaks_responses_api
+                              for name, p in profiles.items()}
         self._keys = 0
 
     def next_key(self, prefix: str) -> str:

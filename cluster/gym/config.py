@@ -40,15 +40,15 @@ class GymSection(StrictModel):
 
 def closes_sessions(section: Any) -> bool:
     """Whether an ``environment`` section names a class that closes a session on a remote server: its class
-    attribute ``closes_sessions`` (``rollout.protocols.CAPABILITIES``), the class found as the run finds it."""
+    flag ``closes_sessions`` (``rollout.protocols.EnvironmentCapabilities``), the class found as the run finds it."""
     from envs.registry import ENVIRONMENTS
     from rollout.errors import ConfigError
-    from rollout.protocols import capability
+    from rollout.protocols import EnvironmentCapabilities, declared
 
     if not isinstance(section, dict) or not isinstance(section.get("type"), str):
         return False
     try:
-        return capability(ENVIRONMENTS.load(section["type"]), "closes_sessions")
+        return declared(ENVIRONMENTS.load(section["type"]), EnvironmentCapabilities).closes_sessions
     except ConfigError:
         return False  # an unknown type: the run config's own check names it
 

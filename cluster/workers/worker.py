@@ -17,11 +17,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cluster.compose import RolloutParts
+from cluster.workers.live_tracker import LiveTracker
 from cluster.workers.mailbox import Mailbox
+from cluster.workers.metrics import FarmMetrics
+from cluster.workers.reaping import reap_dead_owners
+from envs.runtimes.docker.containers import NODE_ENV, remove_tracked
+from envs.runtimes.warm_pool import close_all
 from rollout import events
-from rollout.protocols import Environment, Model, ModelResponse, Verifier
-from rollout.records import RequestMeta, RolloutResult, Task
+from rollout.gc_tuning import tune_gc
+from rollout.protocols import EndsSessions, Environment, HasLimits, HoldsConnections, Model, ModelResponse, Verifier
+from rollout.records import Message, RequestMeta, RolloutResult, Task
 from rollout.runner import failure_result, run_rollout
+from rollout.store.run_dir import RunStore, partial_trajectory_writer
 from rollout.termination import Limits
 
 
@@ -77,14 +84,15 @@ class ObjectSource:
     """The trainer's own model object: the farm cannot tell where it sends its calls."""
 
     def build_model(self) -> Model:
-        return self.model if hasattr(self.model, "complete") else self.model()
+        is_model = isinstance(self.model, Model) and not isinstance(self.model, type)  # a class is a factory
+        return self.model if is_model else self.model()
 
     def parts(self, task: Task, meta: RequestMeta) -> RolloutParts:
         env = self.env_factory(task, meta)
         verifier = self.verifier_factory(task, env) if self.verifier_factory is not None else None
         if verifier is None and isinstance(env, Verifier):  # an environment that grades itself
             verifier = env
-        limits = self.limits or (self.agent.limits() if hasattr(self.agent, "limits") else Limits())
+        limits = self.limits or (self.agent.limits() if isinstance(self.agent, HasLimits) else Limits())
         return RolloutParts(self.agent, env, verifier, limits)
 
     def release(self, task: Task) -> None:
@@ -92,35 +100,37 @@ class ObjectSource:
 
 
 class GatedModel:
-    """The worker's model behind its pause gate; stamps the policy version current when a call starts."""
+    """The worker's model behind its pause gate; stamps the policy version current when a call starts. It passes on
+    what the model it wraps offers beyond ``complete`` (``EndsSessions``, ``HoldsConnections``)."""
 
-    def __init__(self, inner: Model, worker: "RolloutWorker"):
+    def __init__(self, inner: Model, worker: RolloutWorker):
         self.inner, self.worker = inner, worker
 
-    async def complete(self, messages: list, tools: list | None = None, **kwargs: Any) -> ModelResponse:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None = None, *,
+                       meta: RequestMeta | None = None, **sampling: Any) -> ModelResponse:
         await self.worker.gate.wait()
         version = self.worker.policy_version
-        meta = kwargs.get("meta")
         if version is not None and meta is not None and meta.policy_version != version:
-            kwargs["meta"] = meta.model_copy(update={"policy_version": version})  # the request carries it
-        response = await self.inner.complete(messages, tools, **kwargs)
+            meta = meta.model_copy(update={"policy_version": version})  # the request carries it
+        response = await self.inner.complete(messages, tools, meta=meta, **sampling)
         if response.policy_version is None and version is not None:
             response = response.model_copy(update={"policy_version": version})
         return response
 
+    async def end_session(self, meta: RequestMeta) -> None:
+        """The rollout ended: the inner model lets go of what it kept for it (its token stream, its replica)."""
+        if isinstance(self.inner, EndsSessions):
+            await self.inner.end_session(meta)
+
     async def aclose(self) -> None:
-        close = getattr(self.inner, "aclose", None)
-        if close is not None:
-            await close()
+        if isinstance(self.inner, HoldsConnections):
+            await self.inner.aclose()
 
 
 class RolloutWorker(Mailbox):
     """Runs rollouts for a driver. ``node_id`` labels the containers it creates (``rollout-farm.node``)."""
 
     def __init__(self, source: Any, *, node_id: str = "", run_dir: str | None = None, metrics_run: str | None = None):
-        from envs.runtimes.docker.containers import NODE_ENV
-        from rollout.gc_tuning import tune_gc
-
         if node_id:
             os.environ[NODE_ENV] = node_id
         tune_gc()
@@ -129,17 +139,13 @@ class RolloutWorker(Mailbox):
         self.ident = f"{socket.gethostname()}:{os.getpid()}"
         self.run_dir = run_dir
         self.policy_version: str | None = None
-        from cluster.workers.live_tracker import LiveTracker
-
         self.tracker = LiveTracker(node_id, self.ident)
         self.finished = 0
         self._model: GatedModel | None = None
         self._gate: asyncio.Event | None = None
         self._open_mailbox()
-        self.metrics = None
+        self.metrics: FarmMetrics | None = None
         if metrics_run is not None:  # inside Ray: the farm's metrics (cluster.workers.metrics), tagged with the run
-            from cluster.workers.metrics import FarmMetrics
-
             self.metrics = FarmMetrics(metrics_run)
 
     @property
@@ -177,8 +183,6 @@ class RolloutWorker(Mailbox):
     def _observers(self, meta: RequestMeta, key: tuple[str, int]) -> list[events.Observer]:
         observers = [self.tracker.observer(key)]
         if self.run_dir is not None and Path(self.run_dir).is_dir():  # a file system shared with the driver
-            from rollout.store.run_dir import RunStore, partial_trajectory_writer
-
             observers.append(partial_trajectory_writer(RunStore(self.run_dir), meta))
         if self.metrics is not None:
             observers.append(self.metrics.observer)
@@ -204,15 +208,10 @@ class RolloutWorker(Mailbox):
 
     def reap_dead_owners(self, run_id: str, engines: tuple[str, ...]) -> int:
         """Remove containers of ``run_id`` on this host whose creating process is gone (a dead worker's)."""
-        from cluster.workers.reaping import reap_dead_owners
-
         return reap_dead_owners(run_id, engines, out=None)
 
     async def shutdown(self) -> None:
         """Close the model's connections, the warm pools, and every container this process still tracks."""
-        from envs.runtimes.docker.containers import remove_tracked
-        from envs.runtimes.warm_pool import close_all
-
         if self._model is not None:
             await self._model.aclose()
             self._model = None

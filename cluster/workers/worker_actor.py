@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from dataclasses import asdict
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cluster.transfer.files import NodeFiles
 from cluster.workers.worker import RolloutWorker
+from envs.images.sources import fetches
 from envs.runtimes.docker.start import NOTE_SCOPE_ENV
+from rollout.data import carried
 
 _WorkerActor = None
 
@@ -37,15 +41,11 @@ class NodeWorker(RolloutWorker):
         return await asyncio.to_thread(probe_engines, engines)
 
     def transfers(self) -> dict[str, Any]:
-        """What reached this node: image fetches (image, source, seconds, bytes) and the bytes of carried files."""
-        from dataclasses import asdict
-
-        from envs.images.sources import fetches
-        from rollout.data import carried
-
+        """What reached this node: image fetches (image, source, seconds, bytes) and the bytes of carried files (those
+        the node's ``NodeFiles`` fetched; none when it has no fetcher, or another one)."""
         fetcher = carried.installed()
         return {"node_id": self.node_id, "images": [asdict(f) for f in fetches()],
-                "file_bytes": getattr(fetcher, "fetched", 0)}
+                "file_bytes": fetcher.fetched if isinstance(fetcher, NodeFiles) else 0}
 
 
 def probe_engines(engines: tuple[str, ...]) -> str | None:

@@ -28,7 +28,7 @@ from pydantic import Field
 from envs.resources.http_client import ResourcesHttp
 from rollout.config.load import StrictModel
 from rollout.errors import EnvironmentFailure
-from rollout.protocols import EnvReset
+from rollout.protocols import EnvironmentCapabilities, EnvReset
 from rollout.records import Action, Message, Observation, Reward, RolloutOutputs, RolloutResult, Task
 from rollout.wire.responses import ResponsesFormatError, chat_messages, chat_tools
 from rollout.wire.responses_items import result_response
@@ -84,9 +84,11 @@ def input_messages(items: list[Any], where: str) -> tuple[list[Message], list[in
     return messages, states
 
 
-class AviaryEnvironment:
+class AviaryEnvironment(EnvironmentCapabilities):
     closes_sessions = True
     """``/close`` ends the server's session: it takes the agent server's ``gym.cleanup_timeout``."""
+    check_row = staticmethod(check_row)
+    """What a row must hold, checked as the dataset loads (``rollout.config.components.ChecksRows``)."""
 
     def __init__(self, config: AviaryEnvironmentConfig):
         self.config = config

@@ -27,7 +27,7 @@ from typing import Any
 from envs.resources.http_client import ResourcesHttp
 from rollout.config.load import StrictModel
 from rollout.errors import EnvironmentFailure
-from rollout.protocols import EnvReset
+from rollout.protocols import EnvironmentCapabilities, EnvReset
 from rollout.records import Action, GymContext, Observation, Reward, RolloutOutputs, RolloutResult, Task
 from rollout.wire.responses import chat_tools
 from rollout.wire.responses_items import result_response
@@ -51,7 +51,7 @@ class ResourcesEnvironmentConfig(StrictModel):
     """Seconds ``/close_session`` may take."""
 
 
-class ResourcesEnvironment:
+class ResourcesEnvironment(EnvironmentCapabilities):
     closes_sessions = True
     """``/close_session`` ends the server's session: it takes the agent server's ``gym.cleanup_timeout``."""
 

@@ -17,6 +17,7 @@ from pydantic import Field, field_validator
 
 from envs.images.image_gc import parse_size
 from envs.images.image_names import NAME_FIELDS, image_for
+from envs.images.instance_images import ensure_instance_image
 from envs.runtimes.past_repo import in_place_script
 from envs.runtimes.prepared import GIT_USER, PreparedRepoRuntime
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
@@ -118,6 +119,14 @@ _CHANGE = re.compile(r"^(@@ -\d+(,\d+)? \+\d+(,\d+)? @@|GIT binary patch|rename 
 
 
 class SweEnvironment:
+    check_row = staticmethod(check_row)
+    """A SWE row's fields, checked as the dataset loads (``rollout.config.components.ChecksRows``)."""
+
+    @staticmethod
+    def image_for(task: Task) -> str:
+        """The row's instance image: each task runs in its own (``rollout.config.components.PicksImages``)."""
+        return image_for(task.data)
+
     def __init__(self, config: SweEnvironmentConfig | None = None, *, runtime_builder: RuntimeBuilder):
         self.config = config or SweEnvironmentConfig()
         self.builder = runtime_builder
@@ -144,7 +153,7 @@ class SweEnvironment:
         """A new, unstarted runtime for ``task`` with its repository at ``repo_dir_for(task)`` once started:
         a container of the instance's image, or a workspace where the repository is cloned at base_commit."""
         if self.images:
-            return self.builder(image=image_for(task.data), workdir="/testbed")
+            return self.builder(image=self.image_for(task), workdir="/testbed")
         repo = task.data.get("repo_path")
         if not repo:
             raise ValueError(f"task {task.task_id} has no repo_path: a runtime without images cannot get its "
@@ -156,8 +165,6 @@ class SweEnvironment:
 
     async def reset(self, task: Task) -> EnvReset:
         if self.images and self.config.build_images:
-            from envs.images.instance_images import ensure_instance_image
-
             budget = self.config.image_budget_bytes
             await asyncio.to_thread(ensure_instance_image, task, budget_bytes=budget)  # built once, off the loop
         runtime = self.fresh_runtime(task)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rollout.errors import ExitReason, is_retryable
+from rollout.errors import ExitReason, exit_reason_of, is_retryable
 from rollout.records.base import Record
 from rollout.records.trajectory import EpisodeSummary, Trajectory, Usage
 
@@ -23,12 +23,12 @@ class ErrorInfo(Record):
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
-        reason = getattr(exc, "exit_reason", ExitReason.INTERNAL_ERROR)
+        reason = exit_reason_of(exc)
         return cls(
             type=type(exc).__name__,
             message=str(exc),
             traceback="".join(_traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
-            infrastructure=isinstance(reason, ExitReason) and reason.is_infrastructure,
+            infrastructure=reason.is_infrastructure,
             retryable=is_retryable(exc),
         )
 

@@ -13,6 +13,7 @@ from math import comb
 from typing import Any, Iterable
 
 from rollout.records import RolloutResult
+from rollout.store.files import StoredResult
 from rollout.store.progress import Progress, ProgressDisplay, count_by, format_progress
 from rollout.store.resume import latest_per_key
 
@@ -169,7 +170,7 @@ def _size(count: int) -> str:
 
 def _num_steps(r: RolloutResult) -> int:
     # A results.jsonl line (StoredResult) has no trajectory but remembers how many steps it had.
-    return len(r.trajectory.steps) or getattr(r, "num_steps", 0)
+    return len(r.trajectory.steps) or (r.num_steps if isinstance(r, StoredResult) else 0)
 
 
 def _first_messages(failed: list[RolloutResult]) -> dict[str, str]:

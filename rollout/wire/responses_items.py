@@ -14,6 +14,8 @@ import json
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from rollout.records import RolloutResult, Step
+
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
@@ -21,14 +23,13 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def token_fields(step: Any) -> dict[str, Any]:
+def token_fields(step: Step) -> dict[str, Any]:
     """The NeMo RL token fields of one recorded step (empty without the engine's ids)."""
-    prompt = getattr(step, "prompt_token_ids", None)
-    generated = getattr(step, "completion_token_ids", None)
+    prompt, generated = step.prompt_token_ids, step.completion_token_ids
     if prompt is None or generated is None:
         return {}
     return {"prompt_token_ids": list(prompt), "generation_token_ids": list(generated),
-            "generation_log_probs": [float(x) for x in (getattr(step, "logprobs", None) or [])]}
+            "generation_log_probs": [float(x) for x in (step.logprobs or [])]}
 
 
 def assistant_items(message: Mapping[str, Any], tokens: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
@@ -50,7 +51,7 @@ def assistant_items(message: Mapping[str, Any], tokens: Mapping[str, Any], index
     return out
 
 
-def trajectory_output(messages: Sequence[Mapping[str, Any]], steps: Iterable[Any] = ()) -> list[dict[str, Any]]:
+def trajectory_output(messages: Sequence[Mapping[str, Any]], steps: Iterable[Step] = ()) -> list[dict[str, Any]]:
     """The output items of a conversation: from its first assistant message on. ``steps``: the recorded turns,
     one per assistant message in order (``rollout.records.Step``), whose token data go on that turn's items."""
     steps = list(steps)
@@ -102,7 +103,7 @@ def response_envelope(params: Mapping[str, Any], output: list[dict[str, Any]], *
     return reply
 
 
-def result_response(result: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+def result_response(result: RolloutResult, params: Mapping[str, Any]) -> dict[str, Any]:
     """A finished rollout (``rollout.records.RolloutResult``) as the Responses object of the request ``params``:
     its conversation from the first model turn on, the engine's token data, ``incomplete`` when the last turn was
     cut at the output limit."""

@@ -13,6 +13,7 @@ from cluster.gym.agent_app import EpisodeRunner, build_app
 from cluster.gym.config import GymSection
 from envs.resources.calc_server import calc_rows
 from envs.resources.serving import serve_in_thread
+from rollout.protocols import EnvironmentCapabilities
 
 MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retries": 1, "backoff": 0.0}
 
@@ -26,7 +27,7 @@ class WholeEpisodeAgent(ToolCallingAgent):
 WholeEpisodeAgentConfig = ToolCallingAgentConfig
 
 
-class SessionEnvironment:
+class SessionEnvironment(EnvironmentCapabilities):
     """An environment named by import path whose class says its ``close`` ends a remote session."""
 
     closes_sessions = True

@@ -15,7 +15,7 @@ from cluster.gym.rows import legacy_task
 from envs.registry import ENVIRONMENTS
 from envs.resources.calc_server import calc_rows
 from envs.resources.serving import serve_in_thread
-from rollout.protocols import capability
+from rollout.protocols import AgentCapabilities, EnvironmentCapabilities, declared
 from rollout.store.summary import summarize
 
 from .gym_servers import SessionEnvironment, WholeEpisodeAgent, agent_server, episode, kinds, row, run_config
@@ -152,8 +152,10 @@ def test_any_agent_class_that_owns_whole_episodes_answers_501_on_v1_responses_an
 
 
 def test_the_registered_classes_declare_their_capabilities():
-    whole_episodes = {name for name in AGENTS.names() if not capability(AGENTS.load(name), "speaks_responses_api")}
-    closers = {name for name in ENVIRONMENTS.names() if capability(ENVIRONMENTS.load(name), "closes_sessions")}
+    whole_episodes = {name for name in AGENTS.names()
+                      if not declared(AGENTS.load(name), AgentCapabilities).speaks_responses_api}
+    closers = {name for name in ENVIRONMENTS.names()
+               if declared(ENVIRONMENTS.load(name), EnvironmentCapabilities).closes_sessions}
     assert whole_episodes == {"mini_swe"} and closers == {"aviary", "resources"}
 
 

@@ -81,6 +81,12 @@ class DockerRuntimeConfig(StrictModel):
     rollout_id: str | None = None
     """Rollout id label (``rollout-farm.rollout``)."""
 
+    @property
+    def container_engine(self) -> str:
+        """The engine the containers run on: ``engine``, else podman for ``type: podman``, else docker (a run reaps
+        its leftovers there: ``rollout.config.components.RunsContainers``)."""
+        return self.engine or ("podman" if self.type == "podman" else "docker")
+
 
 PODMAN_ULIMITS = {"nofile": "20000:20000", "nproc": "4096:4096"}
 """podman's own defaults fail to apply in nested containers."""

@@ -42,7 +42,7 @@ class DockerRuntime:
     def __init__(self, config: DockerRuntimeConfig | Mapping[str, Any] | None = None, *,
                  run_id: str | None = None, rollout_id: str | None = None, **_: Any):
         self.config = config = coerce(DockerRuntimeConfig, config, prefix="runtime")
-        self.engine = config.engine or ("podman" if config.type == "podman" else "docker")
+        self.engine = config.container_engine
         self.run_id = run_id or config.run_id or "adhoc"
         self.rollout_id = rollout_id or config.rollout_id or "rollout"
         self.name = docker_start.container_name(self.run_id, self.rollout_id)

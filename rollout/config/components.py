@@ -1,0 +1,78 @@
+"""What a component named by a config section declares for the one who builds it (``cluster.compose``), so that the
+composer asks declared questions and never probes by name: how the component is built from its section
+(``FromConfig``), what its section holds (``EndpointModelConfig``, ``RunsImages``, ``RunsContainers``), and what its
+class offers before any instance exists (``ChecksRows``, ``PicksImages``). Each is asked with ``isinstance`` (of a
+section) or ``issubclass`` (of a class); a component that matches none is built and run all the same."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from rollout.records import Task
+
+
+@runtime_checkable
+class FromConfig(Protocol):
+    """A component class built by ``from_config(config, **deps)``; any other is built by ``cls(config, **deps)``.
+    ``deps`` are what the composer offers (``runtime=``, ``runtime_builder=``, ``env=``, ``tasks=``, the run and
+    rollout ids): each class takes the ones it names."""
+
+    @classmethod
+    def from_config(cls, config: BaseModel | Mapping[str, Any], **deps: Any) -> Any: ...
+
+
+@runtime_checkable
+class EndpointModelConfig(Protocol):
+    """A model section whose model is a client of an OpenAI-compatible endpoint (``openai``): a run's own model tier
+    points it at the tier's URL and sets the fields the tier's kind decides (``ServeApp.model_overrides``)."""
+
+    base_url: str
+    """The API root the model sends its calls to."""
+    release_sessions: bool
+    """Tell the server when a rollout ends (a sticky router then frees the rollout's replica)."""
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any: ...
+
+
+@runtime_checkable
+class RunsImages(Protocol):
+    """A runtime section whose runtimes run from an image (docker, podman, apptainer): ``image``, unless the
+    environment picks one per task (``PicksImages``; the composer then passes ``image=``)."""
+
+    image: str
+
+
+@runtime_checkable
+class RunsContainers(Protocol):
+    """A runtime section whose runtimes are containers of an engine's daemon (docker, podman): what a crashed run
+    left there is reaped when the next run starts."""
+
+    @property
+    def container_engine(self) -> str:
+        """The engine the containers run on (``docker``, ``podman``)."""
+        ...
+
+
+@runtime_checkable
+class ChecksRows(Protocol):
+    """An environment class with requirements on each dataset row, checked as the dataset loads (before any work)."""
+
+    @staticmethod
+    def check_row(task: Task) -> None:
+        """Raise ``ValueError`` or ``TypeError`` naming the field the row lacks or gets wrong (the loader adds the
+        line number)."""
+        ...
+
+
+@runtime_checkable
+class PicksImages(Protocol):
+    """An environment class that runs each task in an image of its own (SWE: the row's instance image), not in the
+    runtime section's ``image``."""
+
+    @staticmethod
+    def image_for(task: Task) -> str:
+        """The image ``task`` runs in."""
+        ...
