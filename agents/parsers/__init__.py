@@ -5,6 +5,8 @@ from agents.parsers.function_calls import FunctionCallsConfig, FunctionCallsPars
 from agents.parsers.json_action import JSONActionConfig, JSONActionParser
 from agents.parsers.openai_tools import OpenAIToolsConfig, OpenAIToolsParser
 from agents.parsers.react import ReActConfig, ReActParser
+from agents.registry import PARSERS
+from rollout.errors import ConfigError
 
 __all__ = [
     "BashBlockConfig",
@@ -22,9 +24,6 @@ __all__ = [
 
 def load_parser(name: str, options: dict | None = None, field: str = "agent.parser"):
     """The parser a config names (short name or dotted path), built with its options."""
-    from agents.registry import PARSERS
-    from rollout.errors import ConfigError
-
     cls = PARSERS.load(name, field=field)
     try:
         return cls(**(options or {}))

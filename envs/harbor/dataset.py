@@ -9,6 +9,7 @@ as one archive (``task_archive``, ``envs.harbor.archive``), never as paths read 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,6 @@ def load_harbor_tasks(root: str | Path, environ: dict[str, str] | None = None) -
 
 
 def load_task(path: Path, environ: dict[str, str] | None = None) -> Task:
-    import os
-
     environ = dict(os.environ) if environ is None else environ
     where = str(path)
     problem = id_problem(path.name)

@@ -14,14 +14,24 @@ import posixpath
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
-from envs.images.base_image import ImageError, docker_client, image_present, last_lines
+from envs.harbor.archive import task_files
+from envs.images.base_image import (
+    DEFAULT_BASE_IMAGE,
+    ImageError,
+    docker_client,
+    ensure_image,
+    image_present,
+    last_lines,
+)
 from envs.images.image_names import sanitise_tag
+from envs.images.sources import fetch_image
 
 REPOSITORY = "rollout-farm/harbor"
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
@@ -127,8 +137,6 @@ def ensure_task_image(harbor: dict[str, Any], files: Any, *, timeout: float = 60
     if image != tag and image_present(client, image):
         return image
     if tag is None:
-        from envs.images.base_image import ensure_image
-
         ensure_image(image, client)
         return image
     with _guard:
@@ -173,9 +181,6 @@ def _brought(image: str, client: Any) -> bool:
     """Whether ``image`` could be made present without asking a registry the farm was not given: the farm's base
     image (built here, or fetched from the farm), or one an installed source (the run's registry, the driver's
     image depot) holds."""
-    from envs.images.base_image import DEFAULT_BASE_IMAGE, ensure_image
-    from envs.images.sources import fetch_image
-
     if image == DEFAULT_BASE_IMAGE:
         ensure_image(image, client)
         return True
@@ -194,9 +199,6 @@ def build_task_images(tasks: list[Any], *, parallel: int = 2, force: bool = Fals
                       log: Callable[[str], Any] = print) -> tuple[list[str], list[tuple[str, str]]]:
     """Every task's image built ahead (``rollout images build DIR``), ``parallel`` at a time, a line per task as it
     ends; (the images the tasks run, the (task, error) of those that failed)."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    from envs.harbor.archive import task_files
 
     def one(task: Any) -> tuple[str, str]:
         harbor = task.data["harbor"]

@@ -24,6 +24,7 @@ from typing import Any, Optional, Union
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
+from envs.resources.serving import serve_forever
 from envs.resources.sessions import Problem, ResourcesServer, Session, build_app, output_items
 
 Number = Union[int, float]
@@ -229,8 +230,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     if args.port is None:
         parser.error("give --port to serve, or --rows to print rows")
-    from envs.resources.serving import serve_forever
-
     serve_forever(create_app(), args.host, args.port)
     return 0
 

@@ -9,6 +9,9 @@ import json
 import math
 from typing import Any, Mapping
 
+import aiohttp
+from yarl import URL
+
 from rollout.errors import EnvironmentFailure, VerifierError
 
 
@@ -16,12 +19,9 @@ class ResourcesHttp:
     def __init__(self, url: str, timeout: float, cookies: Mapping[str, str] | None = None):
         self.url, self.timeout = url.rstrip("/"), timeout
         self.cookies = {str(k): str(v) for k, v in (cookies or {}).items()}
-        self._session: Any = None
+        self._session: aiohttp.ClientSession | None = None
 
-    def _client(self) -> Any:
-        import aiohttp
-        from yarl import URL
-
+    def _client(self) -> aiohttp.ClientSession:
         if self._session is None:  # unsafe: the server may be on an IP address (127.0.0.1)
             jar = aiohttp.CookieJar(unsafe=True)
             if self.cookies:
@@ -37,8 +37,6 @@ class ResourcesHttp:
 
     async def call(self, path: str, body: Any, timeout: float | None = None) -> tuple[int, str]:
         """(status, text) of one POST; an unreachable server or a timeout is an ``EnvironmentFailure``."""
-        import aiohttp
-
         seconds = timeout or self.timeout
         try:
             async with self._client().post(f"{self.url}/{path}", json=body,

@@ -20,6 +20,7 @@ from typing import Any, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from envs.resources.serving import serve_forever
 from envs.resources.sessions import (
     SESSION_COOKIE,
     Problem,
@@ -185,8 +186,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
-    from envs.resources.serving import serve_forever
-
     serve_forever(create_app(), args.host, args.port)
     return 0
 

@@ -10,7 +10,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from envs.images.base_image import ImageError, docker_client, ensure_image, image_present
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for
+from envs.images.instance_images import build_instance_images
+from envs.runtimes.docker.runtime import DockerRuntime
+from envs.runtimes.local import LocalRuntime
 from envs.runtimes.prepared import PreparedRepoRuntime
 from envs.swe.env import check_grading_fields
 from envs.swe.grading.grade import grade
@@ -121,12 +125,8 @@ def _factory(task: Task, runtime: RuntimeKind, run_id: str, eval_timeout: float,
              local_env: Mapping[str, str]) -> Callable[[], Runtime]:
     """A fresh, unstarted runtime per call: grading never reuses one."""
     if runtime == "docker":
-        from envs.runtimes.docker.runtime import DockerRuntime
-
         config = {"image": image_for(task, base_image), "workdir": "/testbed", "timeout": eval_timeout}
         return lambda: DockerRuntime(config, run_id=run_id, rollout_id=f"eval-{task.task_id}")
-    from envs.runtimes.local import LocalRuntime
-
     # trusted_model: the commands run are the dataset's own test commands, not a model's.
     local = {"timeout": eval_timeout, "env": dict(local_env)}
     return lambda: PreparedRepoRuntime(LocalRuntime(local, trusted_model=True),
@@ -138,9 +138,6 @@ def _ensure_images(dataset_path: Path, tasks: list[Task], base: str, workers: in
                    progress: Callable[[str], Any]) -> None:
     """Every task's image present: build the missing ones from their repo_path (the whole dataset's missing
     images, built in parallel), find or pull the others; an ``ImageError`` names what cannot be had."""
-    from envs.images.base_image import ImageError, docker_client, ensure_image, image_present
-    from envs.images.instance_images import build_instance_images
-
     client = docker_client()
     missing = [t for t in tasks if not image_present(client, image_for(t, base))]
     buildable = [t for t in missing if t.data.get("repo_path") and not any(t.data.get(k) for k in NAME_FIELDS)]

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models import scripted_tokens
+from rollout.models.registry import POLICIES
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta, Task, Usage
 
@@ -132,8 +133,6 @@ class ScriptedModel:
     def from_config(cls, config: ScriptedModelConfig, tasks: Mapping[str, Task] | None = None) -> "ScriptedModel":
         policy = None
         if config.policy is not None:
-            from rollout.models.registry import POLICIES
-
             policy = POLICIES.load(config.policy, field="model.policy")
         return cls(config.outputs, policy, tasks=tasks, name=config.name, context_window=config.context_window)
 

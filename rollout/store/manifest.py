@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from rollout.data.dataset import dataset_hash
 from rollout.errors import ConfigError
 from rollout.store.result_keys import config_hash
 
@@ -19,8 +20,6 @@ def build_manifest(config: dict[str, Any], dataset_path: str | Path | None, seed
                    rows: dict[str, str] | None = None) -> dict[str, Any]:
     """What produced this run: code and package versions, git state, hashes, seeds, time. ``rows``: the
     selected tasks' row hashes (task id -> ``rollout.data.dataset.row_hash``), compared when the run resumes."""
-    from rollout.data.dataset import dataset_hash  # local: dataset.py imports records, keep this module light
-
     sha, dirty = git_state()
     dataset = None
     if dataset_path is not None:

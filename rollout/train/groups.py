@@ -23,6 +23,8 @@ from pydantic import Field
 
 from rollout.config.load import StrictModel
 from rollout.records import RolloutResult
+from rollout.train.batch import padded, trainer_samples
+from rollout.train.tokens import segments
 
 
 class GroupPolicy(StrictModel):
@@ -149,21 +151,15 @@ class Batch:
     def segments(self, on_break: str = "split") -> list[list[list[Any]]]:
         """Per group, per member: the member's trainer samples (``rollout.train.tokens.Segment``: prompt ids, response
         ids, loss mask, logprobs), cut where its token stream breaks (``on_break="mask"``: kept, mask 0)."""
-        from rollout.train.tokens import segments
-
         return [[segments(r.trajectory.steps, on_break) for r in g.results] for g in self.groups]
 
     def samples(self, on_break: str = "split") -> list[Any]:
         """The batch as trainer samples (``rollout.train.batch.TrainerSample``): per completed member and token
         segment, prompt ids, response ids, loss mask, logprobs, per-token policy versions, reward, group stats."""
-        from rollout.train.batch import trainer_samples
-
         return trainer_samples(self.groups, on_break)
 
     def padded(self, pad_id: int = 0, on_break: str = "split", **limits: Any) -> dict[str, Any]:
         """``samples()`` as rectangular numpy arrays (``rollout.train.batch.padded``)."""
-        from rollout.train.batch import padded
-
         return padded(self.samples(on_break), pad_id, **limits)
 
     def describe(self) -> str:

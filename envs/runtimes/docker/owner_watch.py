@@ -18,6 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from envs.runtimes.docker import engines
+from envs.runtimes.docker.owners import OWNER_LABEL, _is_zombie, _start_ticks
+
 WITH_OWNER_LABEL = "rollout-farm.dies-with-owner"
 """On containers that must not outlive their owner (``die_with_owner``); the watchdog removes only those."""
 POLL = 0.2
@@ -29,8 +32,6 @@ _started: set[tuple[str, str | None]] = set()
 def ensure_watchdog(engine: str, base_url: str | None) -> None:
     """Start this process's watchdog for ``engine`` once (before its first container: nothing of ours can then
     be left by a kill). Failing to start one is not fatal: the switch, the exit hooks and ``rollout gc`` remain."""
-    from envs.runtimes.docker.owners import _start_ticks
-
     key = (engine, base_url)
     if key in _started:
         return
@@ -48,8 +49,6 @@ def ensure_watchdog(engine: str, base_url: str | None) -> None:
 
 def wait_for_death(pid: int, ticks: int) -> None:
     """Return once ``pid`` (started at ``ticks``) is gone: exited, a zombie, or its pid reused."""
-    from envs.runtimes.docker.owners import _is_zombie, _start_ticks
-
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -71,9 +70,6 @@ def wait_for_death(pid: int, ticks: int) -> None:
 
 def remove_owned(pid: int, engine: str, base_url: str | None) -> int:
     """Force-remove every container ``pid`` created on this host to die with it; how many."""
-    from envs.runtimes.docker import engines
-    from envs.runtimes.docker.owners import OWNER_LABEL
-
     api = engines.client(engine, base_url).api
     owner = f"{socket.gethostname()}:{pid}"
     removed = 0

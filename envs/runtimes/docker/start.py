@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from envs.runtimes.docker.config import PODMAN_ULIMITS
 from envs.runtimes.docker.engines import explain, status
 from rollout.errors import ContainerStartError
 
@@ -175,8 +176,6 @@ def host_config(api: Any, cfg: Any, engine: str, *, engine_init: bool, disk: boo
     """The container's limits as the engine takes them: memory (no swap beyond it), CPUs, pids, every
     capability dropped but ``cap_add``, ulimits (podman's defaults unless given; ``max_file_size`` as ``fsize``),
     the disk quota where the storage driver has one, removed when it stops."""
-    from envs.runtimes.docker.config import PODMAN_ULIMITS
-
     ulimits = dict(cfg.ulimits if cfg.ulimits is not None else (PODMAN_ULIMITS if engine == "podman" else {}))
     if cfg.max_file_size is not None:
         ulimits.setdefault("fsize", size_bytes(cfg.max_file_size))

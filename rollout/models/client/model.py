@@ -24,6 +24,7 @@ from rollout.errors import ContextLengthExceeded, ModelError
 from rollout.models.client.config import OpenAIModelConfig
 from rollout.models.client.http1 import ConnectionFailed
 from rollout.models.client.sessions import LoopSessions, LoopState
+from rollout.models.client.token_in import TokenStreams
 from rollout.protocols import ModelResponse
 from rollout.records import Message, RequestMeta
 from rollout.wire.chat import (
@@ -58,7 +59,7 @@ class OpenAIModel(LoopSessions):
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
         self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
-        self._streams: Any = None  # token-in mode's per-rollout token streams
+        self._streams: TokenStreams | None = None  # token-in mode's per-rollout token streams
 
     @classmethod
     def from_config(cls, config: OpenAIModelConfig | Mapping[str, Any], **_: Any) -> "OpenAIModel":
@@ -83,9 +84,7 @@ class OpenAIModel(LoopSessions):
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ModelError(f"POST {self.url}: malformed response ({exc!r}): {snippet(json.dumps(data))}") from None
 
-    def _token_streams(self) -> Any:
-        from rollout.models.client.token_in import TokenStreams
-
+    def _token_streams(self) -> TokenStreams:
         self._streams = self._streams or TokenStreams(self)
         return self._streams
 
