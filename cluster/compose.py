@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
+from cluster.config.run_config import RunConfig
 from cluster.names import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, with_policy_path
-from cluster.run.config import RunConfig
 from cluster.serving.kinds import app_for
 from rollout.config.components import (
     ChecksRows,
@@ -96,14 +96,14 @@ def _accepts(factory: Callable[..., Any]) -> tuple[frozenset[str], bool]:
 def model_is_scripted(config: RunConfig) -> bool:
     """Scripted outputs, in process or served by our own scripted server or Serve app: safe to run on the host."""
     scripted_app = config.serve is not None and app_for(config.serve).scripted
-    return config.model.get("type") == "scripted" or config.fake_server is not None or scripted_app
+    return config.model.get("type") == "scripted" or scripted_app
 
 
 class Composer:
     def __init__(self, config: RunConfig, tasks: list[Task] = ()):
         self.config = config
         self.model_component = component(MODELS, with_policy_path(config.model, "model.policy"), "model")
-        serve, model_config = config.serve, self.model_component.config
+        serve, model_config = config.deployed, self.model_component.config
         if serve is not None and isinstance(model_config, EndpointModelConfig):  # what the model tier's kind sets
             overrides = app_for(serve).model_overrides(serve, model_config)
             if overrides:
@@ -195,8 +195,8 @@ class Composer:
         config = comp.config
         if base_url is not None and isinstance(config, EndpointModelConfig):
             config = config.model_copy(update={"base_url": base_url})
-            if self.config.serve is not None:  # the run's own Serve app: its kind may skip the HTTP proxy
-                inside = app_for(self.config.serve).inside_model(self.config.serve, Component(comp.cls, config))
+            if self.config.deployed is not None:  # the run's own Serve app: its kind may skip the HTTP proxy
+                inside = app_for(self.config.deployed).inside_model(self.config.deployed, Component(comp.cls, config))
                 if inside is not None:
                     return inside
         return build(Component(comp.cls, config), tasks=self.tasks)

@@ -211,6 +211,11 @@ class ConfigError(RolloutError):
         return f"{self.field}: {self.message}" if self.field else self.message
 
 
+class NotSupported(RuntimeError):
+    """The served model cannot do this (the reason says which engine and why): a trainer's control (pause modes,
+    weight reloads, sleep) that its engine lacks. Raised to the caller; never a rollout's failure."""
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Whether another attempt could end differently. An infrastructure error says so itself (``retryable``);
     a config problem that only shows at run time never can; anything else (an untyped bug, a lost worker) may."""

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from cluster.run.home import rollout_home
+    from cluster.session.home import rollout_home
 
     tasks_dir = Path(args.dir).expanduser().resolve()
     out = Path(args.out).expanduser() if args.out else rollout_home() / "check-tasks"

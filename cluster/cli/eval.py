@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cluster.cli.parser import HelpParser
+from cluster.cli.parser import HelpParser, config_failure
 from rollout.errors import ConfigError
 
 
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                                        model_name=args.model, progress=lambda line: print(line, flush=True),
                                        allow_outside_paths=args.allow_outside_paths))
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return config_failure(exc)
     except ImageError as exc:
         print(f"image error: {exc}", file=sys.stderr)
         return 1

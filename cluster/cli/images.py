@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from cluster.cli.parser import HelpParser
+from cluster.cli.parser import HelpParser, config_failure
 from rollout.errors import ConfigError
 
 REGISTRY_HELP = ("HOST:PORT/prefix to push the images to, for the nodes of a farm "
@@ -158,8 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return config_failure(exc)
     except ImageError as exc:
         print(f"image error: {exc}", file=sys.stderr)
         return 1

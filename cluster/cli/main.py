@@ -18,7 +18,7 @@ import argparse
 import asyncio
 import sys
 
-from cluster.cli.parser import HelpParser
+from cluster.cli.parser import HelpParser, config_failure
 from rollout.errors import ConfigError
 
 EXIT_INFRA_FAILED = 3
@@ -33,6 +33,7 @@ def split_items(items: list[str]) -> tuple[list[str], list[str]]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cluster.run import job as jobs
+    from cluster.web.live_page import LivePageSettings
     from rollout.gc_tuning import tune_gc
 
     paths, overrides = split_items(args.items)
@@ -42,7 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append("farm.backend=local")
     job = jobs.prepare(paths, overrides, new_run=args.new_run, retry_infra=args.retry_infra)
     if args.web:
-        job.web = {"host": args.web_host, "port": args.web_port, "token": args.web_token}
+        job.web = LivePageSettings(args.web_host, args.web_port, args.web_token)
     tune_gc()
     try:
         summary = asyncio.run(jobs.execute(job))
@@ -116,13 +117,6 @@ def gym_main(argv: list[str]) -> int:
         return config_failure(exc)
 
 
-def config_failure(exc: ConfigError) -> int:
-    """One line per problem on stderr; exit code 2."""
-    for line in str(exc).splitlines() or [""]:
-        print(f"config error: {line}", file=sys.stderr)
-    return 2
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["images"]:  # its own argument parser, options included
@@ -132,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["gym"]:
         return gym_main(argv[1:])
     if argv[:1] == ["dev-cluster"]:
-        from cluster.dev import dev_cluster
+        from cluster.cli import dev_cluster
 
         return dev_cluster.main(argv[1:])
     if argv[:1] in (["serve"], ["models"]):

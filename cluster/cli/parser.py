@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
+
+from rollout.errors import ConfigError
 
 
 class PlainHelpFormatter(argparse.HelpFormatter):
@@ -34,8 +37,8 @@ def plain(text: str) -> str:
     return re.sub(r"``(.+?)``", r"\1", text, flags=re.S)
 
 
-GYM = {"serve": ("cluster.gym.server:serve_main", "the NeMo-Gym-compatible agent server (/run, /v1/responses)"),
-       "collect": ("cluster.gym.collect:main", "run NeMo Gym rows through the farm into rollouts JSONL; resumable")}
+GYM = {"serve": ("cluster.cli.gym_serve:serve_main", "the NeMo-Gym-compatible agent server (/run, /v1/responses)"),
+       "collect": ("cluster.cli.gym_collect:main", "run NeMo Gym rows through the farm into rollouts JSONL; resumable")}
 """``rollout gym NAME ...``: ``module:function`` that parses and runs NAME's arguments (``function(argv)``), help."""
 
 
@@ -155,3 +158,10 @@ def existing_file(text: str) -> str:
     if not Path(text).expanduser().is_file():
         raise argparse.ArgumentTypeError(f"no such file: {text}")
     return text
+
+
+def config_failure(exc: ConfigError) -> int:
+    """One line per problem on stderr; exit code 2."""
+    for line in str(exc).splitlines() or [""]:
+        print(f"config error: {line}", file=sys.stderr)
+    return 2

@@ -14,7 +14,8 @@ import sys
 import threading
 import time
 
-from cluster.cli.parser import HelpParser
+from cluster.cli.parser import HelpParser, config_failure
+from rollout.errors import ConfigError
 
 
 def serve_main(argv: list[str]) -> int:
@@ -28,10 +29,8 @@ def serve_main(argv: list[str]) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.items += extra  # CONFIG and key=value items may also follow an option (--port 8001 a=b)
     from cluster.assembly import FarmAssembly
-    from cluster.run.config import DatasetConfig
+    from cluster.config import DatasetConfig, ServeSection
     from cluster.run.job import dataset_file
-    from cluster.serving.config import ServeSection
-    from cluster.serving.kinds import app_for
     from rollout.config.load import load_config, validate
 
     paths = [i for i in args.items if "=" not in i]
@@ -39,23 +38,20 @@ def serve_main(argv: list[str]) -> int:
     if not raw.get("serve") and isinstance(raw.get("model"), dict) and raw["model"].get("serve"):
         raw["serve"] = raw["model"].pop("serve")  # the same section, written inside the model's
     if not raw.get("serve"):
-        print(f"config error: serve: {paths[0]} has no serve section (app: scripted | vllm | endpoint)",
-              file=sys.stderr)
-        return 2
+        return config_failure(ConfigError(f"{paths[0]} has no serve section (app: scripted | vllm | endpoint)",
+                                          "serve"))
     section = validate(ServeSection, raw["serve"], prefix="serve")
     port = args.port if args.port is not None else section.port or 8000
     section = section.model_copy(update={"port": port, "keep": True})
-    kind = app_for(section)
-    dataset = None
-    if kind.reads_dataset and raw.get("dataset"):
-        dataset = str(dataset_file(validate(DatasetConfig, raw["dataset"], prefix="dataset"), paths[0]))
     address = args.address or os.environ.get("RAY_ADDRESS")
     farm = raw.get("farm") or {}
     assembly = FarmAssembly(section, model=raw.get("model"), address=address, num_cpus=farm.get("num_cpus"),
-                            dashboard=bool(farm.get("dashboard")), backend=None, dataset=dataset)
-    served = assembly.join().start_model()
+                            dashboard=bool(farm.get("dashboard")), backend=None)
+    if assembly.reads_dataset and raw.get("dataset"):
+        assembly.dataset = str(dataset_file(validate(DatasetConfig, raw["dataset"], prefix="dataset"), paths[0]))
+    served = assembly.open_model()
     print(served.base_url, flush=True)
-    if address or not kind.deploys:
+    if address or not assembly.deploys:
         return 0
     # Our own handlers: Ray's driver replaces Python's SIGINT handler, so Ctrl-C would not raise here.
     stop = threading.Event()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster.run.live import RUNNING, STALE, format_age, live_condition, read_live
+from rollout.store.live import RUNNING, STALE, format_age, live_condition, read_live
 
 STALL_SECONDS = 60.0
 """``rollout status`` flags an in-flight rollout as stalled after this long without progress."""
@@ -22,7 +22,7 @@ def find_run_dir(run: str | Path) -> Path:
     path = Path(run).expanduser()
     if path.is_dir():
         return path.resolve()
-    from cluster.run.home import rollout_home
+    from cluster.session.home import rollout_home
 
     home = rollout_home()
     if (home / str(run)).is_dir():

@@ -7,7 +7,13 @@ import asyncio
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence, TextIO
 
+from cluster.assembly.backend_choice import farm_settings
+from cluster.backends.sources import ConfigSource
+from cluster.compose import Composer
+from cluster.config.run_config import RunConfig
 from cluster.run.driver import Driver, rollout_meta
+from cluster.run.host_checks import resolve_auto_runtimes
+from rollout.config.load import load_config, validate
 from rollout.errors import DeadlineExceeded
 from rollout.records import RolloutResult, Task
 from rollout.runner import failure_result
@@ -16,17 +22,9 @@ from rollout.waits import within
 
 
 def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] = ()) -> tuple[Any, dict]:
-    """(the workers' source, the farm's settings: its ``serve`` or ``fake_server`` section and model) from a run
+    """(the workers' source, the farm's settings: its ``serve`` section, deployed or played here, and model) from a run
     config (files merged in order, or a dict; ``dataset`` is not needed),
     validated once."""
-    from cluster.backends.choose import farm_settings
-    from cluster.compose import Composer
-    from cluster.run.config import RunConfig
-    from cluster.run.host_checks import resolve_auto_runtimes
-    from cluster.serving.scripted_server.for_runs import joins_cluster
-    from cluster.workers.worker import ConfigSource
-    from rollout.config.load import load_config, validate
-
     if isinstance(config, dict):
         raw = dict(config)
     else:
@@ -37,12 +35,14 @@ def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] =
     run_config = validate(RunConfig, raw)
     composer = Composer(run_config)
     source = ConfigSource(composer)
-    return source, {**farm_settings(run_config, composer), "serve": run_config.serve, "model": run_config.model,
-                    "fake_server": run_config.fake_server, "remote": joins_cluster(run_config.farm)}
+    return source, {**farm_settings(run_config, composer), "serve": run_config.deployed, "model": run_config.model,
+                    "played_here": run_config.played_here, "remote": run_config.farm.joins_cluster}
 
 
 class MemoryStore:
     """The driver's store for trainer calls: results stay in memory (the caller gets them)."""
+
+    run_dir = None
 
     def append(self, result: RolloutResult, trajectory: bool = True) -> RolloutResult:
         return result

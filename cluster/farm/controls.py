@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rollout.errors import NotSupported
+
 
 class FarmControls:
     """Mixed into ``RolloutFarm`` (which provides ``start``, ``_run``, ``_backend``, ``_assembly``, ``_controls``)."""
@@ -54,10 +56,7 @@ class FarmControls:
         self.pause(mode="wait")
         try:
             self.controls().reload_weights(path)
-            from cluster.serving.apps import forget_fingerprint
-            from cluster.serving.controls import NotSupported
-
-            forget_fingerprint(self._assembly.serve)  # no later run takes these weights for its config's
+            self._assembly.weights_changed()  # no later run takes these weights for its config's
             if version is not None:
                 self.set_policy_version(version)
                 try:  # the engine labels what it samples with it (a generate reply's weight_versions)

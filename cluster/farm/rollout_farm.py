@@ -19,12 +19,16 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence, TextIO
 
-from cluster.farm.batch import MemberBatch
+from cluster.assembly import FarmAssembly
+from cluster.assembly.backend_choice import BackendSettings
+from cluster.backends.seam import Backend
+from cluster.backends.sources import ConfigSource, ObjectSource
+from cluster.config import ServeSection
+from cluster.farm.batch import MemberBatch, from_run_config
 from cluster.farm.controls import FarmControls
 from cluster.farm.group_stream import GroupStreaming
 from cluster.farm.loop_thread import LoopThread
 from cluster.farm.tasks import check_sampling, prepare_tasks, stale_members
-from cluster.workers.worker import ConfigSource, ObjectSource
 from rollout.errors import ConfigError
 from rollout.records import RolloutResult, Task
 from rollout.train.groups import Batch, GroupPolicy, apply_policy, group_results
@@ -38,7 +42,8 @@ class RolloutFarm(FarmControls, GroupStreaming):
                  max_attempts: int = 3, seed: int = 0, deadline_per_attempt: float | None = None,
                  group_policy: GroupPolicy | dict | None = None, token_budget: int | None = None,
                  engines: Sequence[str] = (), name: str = "farm", out: TextIO = sys.stderr,
-                 controls: Any = None, serve: Any = None, model: dict | None = None, fake_server: Any = None,
+                 controls: Any = None, serve: ServeSection | None = None, model: dict | None = None,
+                 played_here: ServeSection | None = None,
                  remote: bool = False, images: Any = None):
         if backend not in ("ray", "local"):
             raise ConfigError(f"must be 'ray' or 'local', got {backend!r}", "farm.backend")
@@ -51,15 +56,13 @@ class RolloutFarm(FarmControls, GroupStreaming):
         self.token_budget, self.tokens_used = token_budget, 0
         self.engines, self.name, self.out = tuple(engines), name, out
         self.images = images
-        from cluster.assembly import FarmAssembly
-
-        # the cluster session, the model it serves (a ``serve`` section deployed, or a ``fake_server`` section in
+        # the cluster session, the model it serves (a ``serve`` section deployed, or a scripted one played in
         # process: both when the farm starts) and the backend, in one place
         self._assembly = FarmAssembly(serve, model=model, address=address, num_cpus=num_cpus, backend=backend,
-                                      fake_server=fake_server, remote=remote, out=out)
+                                      played_here=played_here, remote=remote, out=out)
         self._controls = controls
         self._calls = itertools.count()
-        self._backend: Any = None
+        self._backend: Backend | None = None
         self._loop_thread = LoopThread(f"rollout-farm-{name}")
         self._closed = False
 
@@ -67,9 +70,7 @@ class RolloutFarm(FarmControls, GroupStreaming):
     def from_config(cls, config: str | Path | dict | list, overrides: Sequence[str] = (),
                     **options: Any) -> "RolloutFarm":
         """A farm from a run config (files merged in order, or a dict); ``dataset`` is not needed.
-        ``farm``, ``run`` and ``fake_server`` sections apply; keyword options override them."""
-        from cluster.farm.batch import from_run_config
-
+        ``farm``, ``run`` and ``serve`` sections apply; keyword options override them."""
         source, settings = from_run_config(config, overrides)
         return cls(source, **{**settings, **options})
 
@@ -96,14 +97,13 @@ class RolloutFarm(FarmControls, GroupStreaming):
         """Join or start Ray and start the workers (done by the first call that needs them)."""
         if self._backend is not None:
             return self
-        self._assembly.join()  # in the caller's (main) thread: Ray wants it
-        base_url = self._run(self._assembly.start_models())
-        if base_url is not None:
-            self.source.base_url = base_url
-        self._backend = self._run(self._assembly.start_backend(
-            self.source, worker=True, run_id=self.name, resources=self.resources, concurrency=self.concurrency,
+        settings = BackendSettings(
+            run_id=self.name, concurrency=self.concurrency, resources=self.resources,
             deadline=self.deadline_per_attempt, engines=self.engines, name=f"rollout-worker:{self.name}",
-            images=self.images, image_of=getattr(getattr(self.source, "composer", None), "image_of", None)))
+            worker=True, images=self.images,
+            image_of=self.source.composer.image_of if isinstance(self.source, ConfigSource) else None)
+        # joined in the caller's (main) thread, as Ray wants; the rest on the farm's loop
+        self._backend = self._run(self._assembly.open(self.source, settings))
         return self
 
     def generate(self, tasks: Iterable[Task | dict], n: int = 1, *, deadline: float | None = None,

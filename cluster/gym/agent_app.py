@@ -25,7 +25,7 @@ import asyncio
 import json
 from typing import Any
 
-from cluster.gym.config import GymSection
+from cluster.config.gym_section import GymSection
 from cluster.gym.request_guards import BodyLimit, ClientGone, while_connected
 from cluster.gym.rows import RowError, episode_reply, episode_task, failure_of, legacy_task, verify_reply
 from rollout.protocols import AgentCapabilities, declared

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from cluster.gym.rows import failure_of, verify_reply
+from rollout.errors import ConfigError
 
 TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"
 Pair = tuple[int, int]
 
 
-class CollectError(ValueError):
-    """Input, options or output files the command cannot run with (exit 2; nothing is written)."""
+class CollectError(ConfigError, ValueError):
+    """Input, options or output files the command cannot run with (a ``ConfigError``: exit 2; nothing is written)."""
 
 
 def sidecar_and_stamp(out: Path) -> tuple[Path, Path]:

@@ -16,6 +16,7 @@ import re
 from typing import Any, Mapping
 
 from cluster.gym.responses_request import request_problem
+from rollout.errors import ConfigError
 from rollout.records import GymContext, RolloutResult, Task
 from rollout.wire.responses import ResponsesFormatError, chat_messages
 from rollout.wire.responses_items import result_response
@@ -46,8 +47,8 @@ failure the farm's own retries did not outlast, a timeout); terminal: trying aga
 cannot read, a failure the farm marked not retryable, an unhandled error)."""
 
 
-class RowError(ValueError):
-    """A body we cannot run (HTTP 422; the message names the field)."""
+class RowError(ConfigError, ValueError):
+    """A body we cannot run: a bad task, as a ``ConfigError`` (HTTP 422; the message names the field)."""
 
 
 def _params(row: Any, where: str) -> dict[str, Any]:

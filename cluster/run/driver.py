@@ -6,7 +6,7 @@ it in this process. Task outcomes are final; infrastructure failures run again u
 (task, sample)'s attempt limit, each attempt on its own results line; a failure whose error says
 ``retryable: false`` is final at once.
 
-While it runs, the driver keeps ``<run_dir>/live.json`` (``cluster.run.live``) up to date with the rollouts in
+While it runs, the driver keeps ``<run_dir>/live.json`` (``rollout.store.live``) up to date with the rollouts in
 flight, and shows its progress: one line redrawn in place on a terminal, plain periodic lines elsewhere.
 """
 
@@ -17,15 +17,15 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TextIO
+from typing import Any, Awaitable, Callable, Protocol, TextIO
 
+from cluster.backends.live_tracker import LiveTracker
 from cluster.backends.seam import Backend
-from cluster.run import live
-from cluster.workers.live_tracker import LiveTracker
 from rollout import events
 from rollout.records import RequestMeta, RolloutResult, Task
+from rollout.store import live
 from rollout.store.resume import Plan, attempt_record, can_retry
-from rollout.store.run_dir import RunStore, partial_trajectory_writer
+from rollout.store.run_dir import partial_trajectory_writer
 from rollout.store.summary import Progress, ProgressDisplay
 from rollout.waits import cancel_and_wait, sleep_unless, within
 
@@ -36,6 +36,15 @@ BACKEND_LIVE_TIMEOUT = 5.0
 STOP_GRACE = 60.0
 """Seconds the cancelled rollouts (a runtime closing its containers) and the ticker may take to end when the run
 stops; the driver then goes on without them, so the summary is written and the run's lock released."""
+
+
+class ResultStore(Protocol):
+    """Where the driver appends each finished attempt: a run directory (``RunStore``), or a trainer call's memory."""
+
+    run_dir: Path | None
+    """The run directory live.json goes to; None for a store without one."""
+
+    def append(self, result: RolloutResult, trajectory: bool = True) -> RolloutResult: ...
 
 
 def rollout_meta(run_id: str, task: Task, sample: int, attempt: int, base_seed: int) -> RequestMeta:
@@ -54,7 +63,7 @@ class Driver:
     def __init__(
         self,
         backend: Backend,
-        store: RunStore,
+        store: ResultStore,
         plan: Plan,
         *,
         run_id: str,
@@ -91,7 +100,7 @@ class Driver:
         self.in_flight = 0
         self.tracker = LiveTracker()
         """The attempts in flight, updated by their events (the rows of backends without their own ``live()``)."""
-        self.live_dir = Path(live_dir) if live_dir is not None else getattr(store, "run_dir", None)
+        self.live_dir = Path(live_dir) if live_dir is not None else store.run_dir
         """Where live.json goes: the run directory (none for a store without one)."""
         self.live_interval = min(live.WRITE_INTERVAL, progress_interval or live.WRITE_INTERVAL)
         self.display = ProgressDisplay(out, tty=tty)
@@ -116,8 +125,8 @@ class Driver:
 
     def status_line(self) -> str:
         """The progress line; in a log it names the run, on a terminal the width goes to the numbers."""
-        running = getattr(self.backend, "running", None)  # the rest of in_flight waits on its worker
-        line = self.progress.status(min(self.in_flight, running()) if running is not None else self.in_flight)
+        running = self.backend.running()  # None: every rollout in flight runs; else the rest waits on its worker
+        line = self.progress.status(min(self.in_flight, running) if running is not None else self.in_flight)
         return line if self.display.tty else f"[{self.run_id}] {line}"
 
     async def run(self) -> list[RolloutResult]:
@@ -129,7 +138,7 @@ class Driver:
         self._queue = queue
         # A backend that takes rollouts ahead of its free slots (Ray workers start them as slots free) gets them,
         # unless the run may stop starting new ones (a token budget): what was sent ahead would run anyway.
-        ahead = getattr(self.backend, "ahead", 0) if self.stop_when is None else 0
+        ahead = self.backend.ahead if self.stop_when is None else 0
         window = self.concurrency + ahead
         workers = [asyncio.create_task(self._worker(queue)) for _ in range(min(window, len(self.plan.todo)))]
         self.started_at, self.state = time.time(), live.RUNNING

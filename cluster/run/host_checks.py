@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from envs.runtimes.docker.containers import remove_leftovers
 from rollout.config.load import unknown_key
 from rollout.errors import ConfigError
 
@@ -45,8 +46,6 @@ def resolve_auto_runtimes(raw: dict[str, Any]) -> list[str]:
 
 def reap_leftovers(run_id: str, engines: set[str], out: TextIO) -> None:
     """Containers an earlier, dead attempt of this run left behind (a SIGKILL skips every cleanup)."""
-    from envs.runtimes.docker.containers import remove_leftovers
-
     for engine in sorted(engines):
         removed = remove_leftovers(run_id, engine)
         if removed:

@@ -12,23 +12,32 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Awaitable, Callable, TextIO
 
+from cluster.assembly import FarmAssembly, preflight
+from cluster.assembly.backend_choice import ray_available, run_settings
+from cluster.assembly.startup import FIRST_CALL, StartupClock, resolve_images
+from cluster.backends.seam import Backend
+from cluster.backends.sources import ConfigSource
 from cluster.compose import Composer
-from cluster.run import preflight
-from cluster.run.config import RunConfig
+from cluster.config.run_config import RunConfig
+from cluster.config.run_dir import resolve_run_dir
 from cluster.run.driver import Driver
-from cluster.run.home import resolve_run_dir
 from cluster.run.host_checks import reap_leftovers, resolve_auto_runtimes
-from cluster.run.startup import FIRST_CALL, StartupClock, open_run
 from cluster.run.swe_outputs import model_name, write_swe_outputs
-from cluster.serving.config import scripted_in_process
+from cluster.web.live_page import LivePageSettings, open_for_run
+from cluster.web.report_files import write_for_run
+from cluster.web.report_png import warm
+from envs.harbor.dataset import describe_unhonoured, load_harbor_tasks
+from envs.harbor.env import check_tasks
+from envs.runtimes.warm_pool import close_all
 from rollout.config.load import load_config, validate
 from rollout.data.dataset import load_tasks, row_hash, select
 from rollout.errors import ConfigError
 from rollout.formats.export import AgentNames, atif_writer
 from rollout.records import Task
 from rollout.registry import Registry
+from rollout.store import live
 from rollout.store.manifest import build_manifest
 from rollout.store.resume import Plan
 from rollout.store.run_dir import RunStore
@@ -49,8 +58,10 @@ class Job:
     out: TextIO = field(default=sys.stderr)
     clock: StartupClock = field(default_factory=StartupClock)
     """The start-up's parts, from the job's start to the first model call (the summary's ``startup``)."""
-    assembly: Any = None
-    """The run's ``cluster.assembly.FarmAssembly`` (cluster session, model, backend), built when it executes."""
+    assembly: FarmAssembly | None = None
+    """The run's assembly (cluster session, model, backend), built when it executes."""
+    web: LivePageSettings | None = None
+    """The live page to serve while the run goes (``rollout run --web``); None: none."""
 
     @property
     def owns_cluster(self) -> bool:
@@ -71,13 +82,13 @@ def prepare(
     raw = load_config(paths, list(overrides))
     notes = resolve_auto_runtimes(raw)
     config = validate(RunConfig, raw)
-    preflight.check_serve(config)  # as written: --local hands a scripted app's policy to the in-process server
-    if in_process := scripted_in_process(raw, config):
-        notes.append(in_process)
-        config = validate(RunConfig, raw)
+    preflight.check_serve(config)
+    if raw.get("fake_server") is not None:
+        notes.append("fake_server: read as serve: {app: scripted, in_process: true, ...}, its one spelling now")
+    if config.played_here is not None and not config.played_here.in_process:
+        notes.append(f"serve: the scripted policy {config.serve.policy!r} plays in this process (farm.backend=local "
+                     "starts no Ray; farm.backend=ray deploys it as a Serve application)")
     if config.farm.backend == "ray":
-        from cluster.backends.choose import ray_available
-
         ray_available()  # before any work: a missing extra is a config problem, named as such
     run_id = config.run_id or Path(paths[0]).stem
     composer = Composer(config)
@@ -99,7 +110,8 @@ def prepare(
     seeds = {"base": config.run.seed, "per_sample": "base + sample_index"}
     store = RunStore(run_dir, keep_results=False)  # a long run's results are on disk, not in memory
     rows = {t.task_id: row_hash(t) for t in tasks}
-    store.open(resolved, build_manifest(resolved, dataset_path, seeds, rows), new_run=new_run)
+    store.open(resolved, build_manifest(resolved, dataset_path, seeds, rows), new_run=new_run,
+               upgrade=RunConfig.upgrade)
     plan = store.plan(tasks, config.run.samples, config.run.max_attempts, retry_infra)
     damaged = store.describe_bad_lines()
     for note in notes + ([damaged] if damaged else []):
@@ -111,9 +123,6 @@ def prepare(
 def harbor_tasks(path: Path, raw: dict[str, Any]) -> tuple[list[Task], str | None]:
     """A Harbor task directory's tasks, checked against the run's environment before any work (their networks),
     and the run's one warning about the task.toml keys not honoured here."""
-    from envs.harbor.dataset import describe_unhonoured, load_harbor_tasks
-    from envs.harbor.env import check_tasks
-
     tasks = load_harbor_tasks(path)
     environment = raw.get("environment") or {}
     if environment.get("type") != "harbor":
@@ -141,9 +150,7 @@ async def execute(job: Job) -> dict[str, Any]:
     say = lambda text: print(text, file=job.out, flush=True)  # noqa: E731
     say(f"run directory: {job.run_dir}")
     say(f"plan: {job.plan.describe()}")
-    from cluster.web.live_page import open_for_run
-
-    page = open_for_run(getattr(job, "web", None), job.run_dir, say)
+    page = open_for_run(job.web, job.run_dir, say)
     try:
         return await _execute(job, say)
     finally:
@@ -151,18 +158,24 @@ async def execute(job: Job) -> dict[str, Any]:
             page.stop()
 
 
-async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
-    from cluster.assembly import FarmAssembly
+def open_farm(job: Job, assembly: FarmAssembly) -> Awaitable[Backend]:
+    """The run's farm opened: while the cluster starts, containers a dead earlier attempt left are reaped and (when
+    the workers run on this machine) the first rollouts' images resolved, so the workers find them."""
+    beside = [lambda: reap_leftovers(job.run_id, job.composer.container_engines(), job.out)]
+    if assembly.workers_here:
+        first = [task for task, _, _ in job.plan.todo[:job.config.run.concurrency]]
+        beside.append(lambda: job.clock.call("images", resolve_images, job.composer, first))
+    settings = run_settings(job.config, job.composer, run_id=job.run_id, run_dir=str(job.run_dir))
+    return assembly.open(ConfigSource(job.composer), settings, clock=job.clock, beside=beside)
 
+
+async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     driver: Driver | None = None
     t0 = time.perf_counter()
     assembly = job.assembly = FarmAssembly.for_run(job.config, dataset=str(job.dataset_path), out=job.out)
     try:
         if job.plan.todo:
-            base_url = await assembly.start_in_driver()  # a fake_server section: the scripted app in process
-            if base_url is not None:
-                say(f"serving the scripted policy {job.config.fake_server.policy!r} at {base_url}")
-            backend = await open_run(job, assembly, base_url)
+            backend = await open_farm(job, assembly)
             driver = Driver(
                 backend, job.store, job.plan,
                 run_id=job.run_id, concurrency=job.config.run.concurrency, base_seed=job.config.run.seed,
@@ -173,8 +186,6 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                 keep_results=False,  # every result is on disk; the summary reads results.jsonl
             )
             job.clock.begin(FIRST_CALL)
-            from cluster.web.report_png import warm
-
             threading.Thread(target=warm, name="report-imports", daemon=True).start()  # while the run waits on I/O
             try:
                 await driver.run()
@@ -185,8 +196,6 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
             say(f"nothing to do: all {job.plan.done_count + job.plan.final_failed_count} rollouts were already done")
             mark_live_finished(job.run_dir)
     finally:
-        from envs.runtimes.warm_pool import close_all
-
         await close_all()
         await assembly.close()
         job.store.close_results()
@@ -198,16 +207,14 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                         startup=job.clock.split(driver.first_call if driver else None))
     summary["run_id"] = job.run_id
     summary["run_dir"] = str(job.run_dir)
-    summary["nodes_lost"] = getattr(assembly.backend, "lost_nodes", list)()
-    summary["transfers"] = getattr(assembly.backend, "transfers", None)
+    summary["nodes_lost"] = assembly.backend.lost_nodes() if assembly.backend is not None else []
+    summary["transfers"] = assembly.backend.transfers if assembly.backend is not None else None
     swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw), latest)
     del latest
     if swe is not None:
         summary["swe"] = {k: swe[k] for k in ("total_instances", "submitted_instances", "completed_instances",
                                               "resolved_instances", "unresolved_instances", "empty_patch_instances",
                                               "error_instances") if k in swe}
-    from cluster.cli.report import write_for_run
-
     await asyncio.to_thread(write_for_run, job.run_dir, summary, say)  # beside the cluster's release
     job.store.write_summary(summary)
     job.store.close()  # the run's last write: another run may take the directory now
@@ -219,8 +226,6 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
 
 def mark_live_finished(run_dir: Path) -> None:
     """A live.json left by a killed earlier session says the run is over once nothing is left to do."""
-    from cluster.run import live
-
     try:
         doc = live.read_live(run_dir)
     except (FileNotFoundError, ValueError):

@@ -20,6 +20,7 @@ from envs.swe.reports.harness import (
     write_preds,
     write_run_report,
 )
+from envs.swe.reports.traj_export import write_mini_swe_traj
 from rollout.errors import ConfigError
 from rollout.records import RolloutResult
 from rollout.store.files import safe_name
@@ -105,8 +106,6 @@ def _export_trajectories(store: RunStore, results: list[RolloutResult]) -> None:
     """Each result's trajectory as a ``.traj.json``; none for a rollout that never reached its first message
     (mini-swe-agent writes none when its environment does not start). Exports under the names used before
     (``<sample>.a<attempt>.traj.json``, beside the raw trajectory) are removed first."""
-    from envs.swe.reports.traj_export import write_mini_swe_traj
-
     for result in results:
         for attempt in range(1, result.attempt + 1):
             raw_path = store.trajectory_path(result.rollout_id, attempt, result.task_id)

@@ -65,6 +65,10 @@ class ServeSection(StrictModel):
     """Seconds each scripted completion takes."""
     faults: dict[str, Any] = Field(default_factory=dict)
     """Injected faults of the scripted app (``cluster.serving.scripted_server.config.FaultsConfig``)."""
+    in_process: bool = False
+    """Play the scripted policy on the driver's event loop instead of deploying it on Serve (no Serve, no replica
+    to start; the workers reach it at the driver node's address). A run on ``farm.backend: local`` always plays it
+    so. (The old ``fake_server: {policy, latency, faults}`` section is this, spelled apart.)"""
 
     # app: vllm
     model_source: str | None = None
@@ -101,6 +105,8 @@ class ServeSection(StrictModel):
         problem = app_for(self).check(self)
         if problem:
             raise ValueError(problem)
+        if self.in_process and app_for(self).in_process(self) is None:
+            raise ValueError(f"in_process: app {self.app!r} cannot be played in this process (app: scripted can)")
         return self
 
     def served_name(self, model: dict[str, Any] | None) -> str:
@@ -119,22 +125,3 @@ class ServeSection(StrictModel):
         if actor or "ray_actor_options" in options:
             options["ray_actor_options"] = actor
         return options
-
-
-def scripted_in_process(raw: dict[str, Any], config: Any) -> str | None:
-    """``farm.backend: local`` (``rollout run --local``) with a scripted ``serve`` app (``config``, validated):
-    the policy is played by the run's in-process scripted server (``fake_server``: the same policy code the Serve
-    app runs) instead of a Serve deployment, so a local run starts no Ray cluster. Edits ``raw`` to say so and
-    returns the note for the user, or None when nothing changed (a real model still deploys on Serve)."""
-    serve = config.serve
-    if config.farm.backend != "local" or serve is None or config.fake_server is not None:
-        return None
-    in_process = app_for(serve).in_process(serve)
-    if in_process is None:
-        return None
-    raw["fake_server"] = in_process
-    raw["serve"] = None
-    if isinstance(raw.get("model"), dict):
-        raw["model"].pop("serve", None)  # model.serve is the same section
-    return (f"serve: the scripted policy {serve.policy!r} plays in this process (farm.backend=local starts no Ray; "
-            "farm.backend=ray deploys it as a Serve application)")

@@ -19,11 +19,9 @@ import urllib.error
 import urllib.request
 from typing import Any, Literal, Sequence
 
+from rollout.errors import NotSupported
+
 PauseMode = Literal["abort", "wait", "keep"]
-
-
-class NotSupported(RuntimeError):
-    """The served model cannot do this (the reason says which engine and why)."""
 
 
 class ModelControls:

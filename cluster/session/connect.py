@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Iterator, TextIO
 
-import ray
+from cluster.session.dashboard_hint import print_once
+from cluster.session.join_check import check_join
+from cluster.session.ray_private import embedded_processes
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 """The directory holding ``rollout/``, ``envs/``, ``agents/`` and ``cluster/``."""
@@ -24,12 +27,12 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
             out: TextIO = sys.stderr) -> str:
     """Initialise Ray once per process and say which cluster this is. Inside ``ray job submit`` the job's
     ``RAY_ADDRESS`` and runtime environment (its working dir) are inherited, so nothing needs installing."""
+    import ray  # here, not at the top: the assembly, which holds a session, runs without Ray on the local backend
+
     if ray.is_initialized():
         return "ray: already connected"
     joining = join_address(address)
     if joining is not None:
-        from cluster.session.join_check import check_join
-
         address, field = joining
         check_join(address, field)  # one line naming the fix, not Ray's minutes of retries or its traceback
         context = ray.init(address=address, log_to_driver=True)
@@ -48,8 +51,6 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, dashboar
     where += f"; {nodes} node(s), {resources.get('CPU', 0):g} CPUs"
     print(where, file=out, flush=True)
     if dashboard or address:  # the dashboard's URL, and how to sign in under Ray's token authentication
-        from cluster.session.dashboard_hint import print_once
-
         print_once(getattr(context, "dashboard_url", None), out)
     return where
 
@@ -69,6 +70,8 @@ class ClusterSession:
 
     def open(self) -> "ClusterSession":
         """Join or start the cluster (on the main thread: Ray wants it); a process already connected stays so."""
+        import ray  # as in connect: the session imports without Ray
+
         connected = ray.is_initialized()
         fresh = join_address(self.address) is None and not connected
         connect(self.address, num_cpus=self.num_cpus, dashboard=self.dashboard, out=self.out)
@@ -80,6 +83,8 @@ class ClusterSession:
         """Stop the cluster if this session started it (nothing needs it any more); from one it joined, only
         disconnect, now rather than at exit (what this process started there, its workers, ends with it; an app
         ``serve.keep`` leaves stays). A connection this session found open is left alone. True: a cluster stopped."""
+        import ray  # as in connect: the session imports without Ray
+
         if self.joined:
             self.joined = False
             if ray.is_initialized():
@@ -105,6 +110,8 @@ def stop_embedded() -> None:
     """Stop the local cluster ``connect`` started in this process now rather than at exit (where Ray first sleeps
     half a second for late log lines). The caller owns it (``ClusterSession.release``); call it on a thread once
     nothing needs Ray any more."""
+    import ray  # as in connect: the session imports without Ray
+
     if ray.is_initialized():
         _stop_monitor()
         ray.shutdown()
@@ -114,10 +121,6 @@ def _stop_monitor() -> None:
     """The embedded cluster's autoscaler monitor, killed outright: on a SIGTERM it reports its own end to the GCS,
     which ``ray.shutdown`` has already stopped by then, and is killed a second later anyway (a second of every
     run's exit). A single-node cluster started for one run has nothing for it to scale."""
-    import signal
-
-    from cluster.session.ray_private import embedded_processes
-
     for info in embedded_processes("monitor"):
         with contextlib.suppress(Exception):
             if info.process.poll() is None:

@@ -37,7 +37,7 @@ class LivePage:
     host: str
     port: int
     token: str | None
-    server: Any
+    server: ThreadingHTTPServer
     thread: threading.Thread
     sampler: threading.Thread
     stopping: threading.Event
@@ -141,10 +141,19 @@ def _handler(view: RunView, token: str | None) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def open_for_run(web: dict[str, Any] | None, run_dir: str | Path, say: Callable[[str], None]) -> LivePage | None:
+@dataclass
+class LivePageSettings:
+    """``rollout run --web``'s page: where it listens, and the token that guards it (None: a fresh one)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    token: str | None = None
+
+
+def open_for_run(web: LivePageSettings | None, run_dir: str | Path, say: Callable[[str], None]) -> LivePage | None:
     """``rollout run --web``: the run's live page while it runs (its URL said), or None without ``web``."""
-    if not web:
+    if web is None:
         return None
-    page = start_for_run(run_dir, web.get("host", "127.0.0.1"), web.get("port", 0), web.get("token"))
+    page = start_for_run(run_dir, web.host, web.port, web.token)
     say(f"live page: {page.url}")
     return page

@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cluster.run.live import RUNNING, live_condition, read_live
+from rollout.store.live import RUNNING, live_condition, read_live
+from rollout.store.progress import count_by, format_progress
 
 HISTORY_LIMIT = 2000
 """Samples kept for the charts; past it every other old one is dropped."""
@@ -50,8 +51,6 @@ class RunView:
             return self._state(doc, now)
 
     def _state(self, doc: dict[str, Any] | None, now: float) -> dict[str, Any]:
-        from rollout.store.progress import count_by, format_progress
-
         rewards = [r["reward"] for r in self.latest.values() if r["status"] == "completed" and r["reward"] is not None]
         reward_mean = sum(rewards) / len(rewards) if rewards else None
         failed = [r for r in self.latest.values() if r["status"] != "completed"]

@@ -15,6 +15,7 @@ import asyncio
 import collections
 import time
 
+from cluster.workers.wire import encode_result
 from rollout.records import RequestMeta, Task
 from rollout.runner import failure_result
 from rollout.waits import within
@@ -58,8 +59,6 @@ class Mailbox:
             self._running[seq] = asyncio.create_task(self._deliver(seq, task, meta, queued))
 
     async def _deliver(self, seq: int, task: Task, meta: RequestMeta, queued: float) -> None:
-        from cluster.workers.wire import encode_result
-
         payload: Encoded | None
         try:
             result = await self.execute(task, meta)

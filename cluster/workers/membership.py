@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import ray
 
@@ -29,6 +30,11 @@ class NodeMembership:
     """The node half of ``RayBackend``: it sets ``nodes``, ``source_ref``, ``resources``, ``concurrency``,
     ``name``, ``run_id``, ``run_dir``, ``engines``, ``out``, ``metrics``, ``workers_lost`` and ``_reap_pending``,
     and wakes its slot waiters in ``_notify``."""
+
+    _listed: dict[str, Any] = {}
+    """The nodes alive at the last look (``_refresh_nodes``): none before the first."""
+    _probes: set[asyncio.Task] = set()
+    """Checks running on a lost worker's node (each instance makes its own set at its first loss)."""
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -116,7 +122,7 @@ class NodeMembership:
 
     async def _probe_after_loss(self, node_id: str) -> None:
         """Right after a worker died: is its node there at all? (Not waiting for the next look at the nodes.)"""
-        info = getattr(self, "_listed", {}).get(node_id)
+        info = self._listed.get(node_id)
         if info is not None and not await raylet_answers(info):
             self._unreachable(node_id, "its worker died and its raylet does not answer")
             await self._notify()
@@ -134,7 +140,8 @@ class NodeMembership:
         node.actor, node.worker, node.channel = None, None, None
         self._reap_pending = True
         asyncio.get_running_loop().run_in_executor(None, reap_dead_owners, self.run_id, self.engines, self.out)
-        self._probes = getattr(self, "_probes", set())
+        if "_probes" not in vars(self):
+            self._probes = set()
         probe = asyncio.get_running_loop().create_task(self._probe_after_loss(node.node_id))
         self._probes.add(probe)
         probe.add_done_callback(self._probes.discard)

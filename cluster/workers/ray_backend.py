@@ -26,6 +26,7 @@ from cluster.placement.slots import Node, Resources, describe_nodes, queue_on, r
 from cluster.transfer.setup import open_transfer, transfer_summary
 from cluster.workers.channel import WorkerGone, retrieve
 from cluster.workers.membership import NodeMembership
+from cluster.workers.metrics import FarmMetrics
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
 from cluster.workers.wire import decode_result
 from rollout.errors import DeadlineExceeded, WorkerDied
@@ -65,7 +66,6 @@ class RayBackend(NodeMembership, Backend):
         self.not_started = 0
         self._reap_pending = False
         self._seq = itertools.count()
-        from cluster.workers.metrics import FarmMetrics
 
         self.metrics = FarmMetrics(run_id)
 

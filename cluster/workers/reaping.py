@@ -6,11 +6,11 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from envs.runtimes.docker.containers import remove_labelled
+
 
 def reap_dead_owners(run_id: str, engines: tuple[str, ...], out: TextIO | None = sys.stderr) -> int:
     """Remove containers of ``run_id`` whose creating process is gone; returns how many."""
-    from envs.runtimes.docker.containers import remove_labelled
-
     total = 0
     for engine in engines:
         try:
@@ -27,8 +27,6 @@ def reap_dead_owners(run_id: str, engines: tuple[str, ...], out: TextIO | None =
 
 def remove_rollout_containers(run_id: str, engines: tuple[str, ...], rollout_id: str) -> None:
     """Remove every container of one rollout, live or not (an attempt cancelled at its deadline)."""
-    from envs.runtimes.docker.containers import remove_labelled
-
     for engine in engines:
         try:
             remove_labelled(run_id, engine=engine, rollout_id=rollout_id, include_live=True)

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from envs.harbor.task_model import Healthcheck, Phase, Step, TaskConfig
+from rollout.errors import ConfigError
 
 try:
     import tomllib
@@ -48,8 +49,8 @@ NOT_HONOURED = {
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-class TaskConfigError(ValueError):
-    """A task.toml problem; the message names the field."""
+class TaskConfigError(ConfigError, ValueError):
+    """A task.toml problem (a bad task, as a ``ConfigError``); the message names the field."""
 
 
 def parse_task_toml(text: str, environ: dict[str, str] | None = None) -> TaskConfig:

@@ -28,11 +28,11 @@ def serve_policy(model_dir: str, name: str = "rl-policy", out: TextIO | None = N
     the served model (``base_url``, ``controls()``, ``stop()``). ``out``: where it says so (``sys.stderr`` as it is
     at the call, not at import: a test's captured stream closes)."""
     from cluster.assembly import FarmAssembly
-    from cluster.serving.config import ServeSection
+    from cluster.config import ServeSection
 
     section = ServeSection(app="vllm", name=name, model_source=model_dir, cpu=True, engine_kwargs=dict(ENGINE),
                            ready_timeout=900, route_prefix=f"/{name}")
-    return FarmAssembly(section, model={"model": MODEL_ID}, backend=None, out=out or sys.stderr).join().start_model()
+    return FarmAssembly(section, model={"model": MODEL_ID}, backend=None, out=out or sys.stderr).open_model()
 
 
 def farm_config(base_url: str, tokenizer_dir: str, max_tokens: int = 64, max_steps: int = 4) -> dict[str, Any]:

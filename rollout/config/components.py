@@ -48,7 +48,13 @@ class RunsImages(Protocol):
 @runtime_checkable
 class RunsContainers(Protocol):
     """A runtime section whose runtimes are containers of an engine's daemon (docker, podman): what a crashed run
-    left there is reaped when the next run starts."""
+    left there is reaped when the next run starts, and each container's limits are what a rollout takes on a node
+    unless the farm says otherwise."""
+
+    cpus: float
+    """The container's CPU limit."""
+    memory: str
+    """The container's memory limit (``2g``)."""
 
     @property
     def container_engine(self) -> str:
@@ -76,3 +82,30 @@ class PicksImages(Protocol):
     def image_for(task: Task) -> str:
         """The image ``task`` runs in."""
         ...
+
+
+@runtime_checkable
+class RunsOnHost(Protocol):
+    """A runtime section whose commands run on this host without isolation (``local``): a model that is not scripted
+    runs there only when the section allows it."""
+
+    allow_host_exec: bool
+
+
+@runtime_checkable
+class BuildsImages(Protocol):
+    """An environment section whose environment builds a task's image when it is missing (SWE: the instance image
+    from its row), within a budget of disk."""
+
+    build_images: bool
+
+    @property
+    def image_budget_bytes(self) -> int | None: ...
+
+
+@runtime_checkable
+class TimesGrading(Protocol):
+    """A verifier section that bounds its grading (``eval_timeout`` seconds), which counts into an attempt's
+    host-side deadline."""
+
+    eval_timeout: float

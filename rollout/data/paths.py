@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rollout.errors import ConfigError
+
 SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=@,:#~-]{0,199}")
 SAFE_ID_RULE = ("1 to 200 letters, digits and . _ - + = @ , : # ~, starting with a letter, digit or _ "
                 "(no / or \\, no spaces or control characters, not . or ..)")
@@ -36,8 +38,9 @@ def name_problem(value: object) -> str | None:
     return None
 
 
-class PathOutsideRoot(ValueError):
-    """A path built from data resolves outside the directory it must stay in."""
+class PathOutsideRoot(ConfigError, ValueError):
+    """A path built from data resolves outside the directory it must stay in: bad data, refused (a ``ConfigError``;
+    still a ``ValueError`` for callers that catch one)."""
 
 
 def under(root: str | Path, path: str | Path, *, strict: bool = True) -> Path:

@@ -38,9 +38,6 @@ NON_RESULT_KEYS: tuple[str, ...] = (
     "dataset.pattern",
     "dataset.slice",
     "dataset.allow_outside_paths",
-    # Speed and injected faults of the test-double model server, not what it answers.
-    "fake_server.latency",
-    "fake_server.faults",
     # Where and how the served model runs (not which model, policy or engine arguments).
     "serve.name",
     "serve.route_prefix",
@@ -52,6 +49,7 @@ NON_RESULT_KEYS: tuple[str, ...] = (
     "serve.session_ttl",
     "serve.deployment",
     "serve.keep",
+    "serve.in_process",
     "serve.latency",
     "serve.faults",
     "serve.controls",

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from rollout.records import RolloutResult, Task
 from rollout.store.files import (
@@ -66,24 +66,28 @@ class RunStore(TrajectoryFiles):
         self._dir_lock = DirLock(self.lock_path)
         self._lock = threading.Lock()  # asyncio tasks never interleave a sync append; threads might
 
-    def open(self, config: dict[str, Any], manifest: dict[str, Any], new_run: bool = False) -> "RunStore":
+    def open(self, config: dict[str, Any], manifest: dict[str, Any], new_run: bool = False,
+             upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> "RunStore":
         """Lock, then create or resume the run dir; refuse a result-affecting config change, or a changed
         dataset row that has results (``manifest["dataset"]["rows"]``: task id -> row hash), unless ``new_run``.
-        On failure the lock is released and nothing was written."""
+        ``upgrade``: the stored config as this version writes it (a key spelled otherwise by an older version), so
+        that a spelling alone never counts as a change. On failure the lock is released and nothing was written."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.acquire()
         try:
-            self._open(config, manifest, new_run)
+            self._open(config, manifest, new_run, upgrade)
         except BaseException:
             self.release()
             raise
         return self
 
-    def _open(self, config: dict[str, Any], manifest: dict[str, Any], new_run: bool) -> None:
+    def _open(self, config: dict[str, Any], manifest: dict[str, Any], new_run: bool,
+              upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
         if new_run:
             self._move_aside()
         elif self.config_path.exists():
             stored = json.loads(self.config_path.read_text())
+            stored = upgrade(stored) if upgrade is not None else stored
             changed = diff_result_keys(stored, config)
             if changed:
                 raise RunConfigChanged(changed, str(self.run_dir))

@@ -18,6 +18,7 @@ import json
 import time
 from typing import Any, Mapping
 
+from rollout.errors import ConfigError
 from rollout.wire.responses_items import response_envelope
 
 PASSED_THROUGH = ("model", "temperature", "top_p", "parallel_tool_calls", "seed", "stop", "metadata", "user")
@@ -25,8 +26,9 @@ PASSED_THROUGH = ("model", "temperature", "top_p", "parallel_tool_calls", "seed"
 _ids = itertools.count(1)
 
 
-class ResponsesFormatError(ValueError):
-    """The request is not a Responses create request this conversion understands (the message says where)."""
+class ResponsesFormatError(ConfigError, ValueError):
+    """The request is not a Responses create request this conversion understands (a bad request, as a
+    ``ConfigError``; the message says where)."""
 
 
 def _text(content: Any, where: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.compose import Composer, build
-from cluster.run.config import RunConfig
+from cluster.config.run_config import RunConfig
 from envs.runtimes.null import NullRuntime
 from envs.swe.env import SweEnvironment
 from rollout.config.load import validate

@@ -8,12 +8,14 @@ import contextlib
 import httpx
 
 from agents.tool_agent import ToolCallingAgent, ToolCallingAgentConfig
+from cluster.config.gym_section import GymSection
 from cluster.farm.rollout_farm import RolloutFarm
 from cluster.gym.agent_app import EpisodeRunner, build_app
-from cluster.gym.config import GymSection
 from envs.resources.calc_server import calc_rows
 from envs.resources.serving import serve_in_thread
 from rollout.protocols import EnvironmentCapabilities
+
+HERE = {"app": "scripted", "in_process": True}  # a scripted policy played on the farm's own event loop
 
 MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retries": 1, "backoff": 0.0}
 
@@ -37,7 +39,7 @@ def run_config(resources_url: str, *, faults: dict | None = None, latency: float
                backend: str = "local", agent: dict | None = None, profiles: dict | None = None,
                concurrency: int = 64, **sections) -> dict:
     """The farm's run config: the scripted tool user on the scripted server, the resources environment."""
-    return {"model": MODEL, "fake_server": {"policy": "tool_user", "faults": faults or {}, "latency": latency},
+    return {"model": MODEL, "serve": {**HERE, "policy": "tool_user", "faults": faults or {}, "latency": latency},
             "agent": agent or {"type": "tool_calling", "max_steps": max_steps},
             "environment": {"type": "resources", "url": resources_url, "timeout": 10},
             "profiles": profiles or {}, "farm": {"backend": backend},

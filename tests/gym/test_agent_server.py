@@ -9,8 +9,8 @@ import json
 import httpx
 
 from agents.registry import AGENTS
+from cluster.config.gym_section import give_cleanup_timeout
 from cluster.farm.rollout_farm import RolloutFarm
-from cluster.gym.config import give_cleanup_timeout
 from cluster.gym.rows import legacy_task
 from envs.registry import ENVIRONMENTS
 from envs.resources.calc_server import calc_rows

@@ -17,6 +17,8 @@ import pytest
 from envs.resources.calc_server import calc_rows, create_app
 from envs.resources.serving import serve_in_thread
 
+HERE = {"app": "scripted", "in_process": True}  # a scripted policy played on the farm's own event loop
+
 REPO = Path(__file__).resolve().parents[2]
 MODEL = {"type": "openai", "return_token_ids": True, "logprobs": True, "max_retries": 1, "backoff": 0.0}
 FAILURE_KEYS = {"schema_version", "episode_id", "run_id", "source", "delivery", "failure", "http_status",
@@ -38,7 +40,7 @@ def files(tmp_path, calc):
     def config(faults: dict | None = None, latency: float = 0.0, concurrency: int = 8) -> Path:
         path = tmp_path / "run.yaml"
         path.write_text(json.dumps({
-            "model": MODEL, "fake_server": {"policy": "calculator", "faults": faults or {}, "latency": latency},
+            "model": MODEL, "serve": {**HERE, "policy": "calculator", "faults": faults or {}, "latency": latency},
             "agent": {"type": "tool_calling", "max_steps": 6},
             "environment": {"type": "resources", "url": calc.url, "timeout": 10},
             "farm": {"backend": "local"}, "run": {"max_attempts": 2, "concurrency": concurrency}}))
@@ -125,7 +127,7 @@ def test_a_row_whose_model_calls_always_fail_lands_in_the_sidecar_and_runs_again
     assert attempts == [(1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]
     assert {r["run_id"] for r in records(sidecar(out))} == {failures[0]["run_id"]}
 
-    healed = collect(failing, rows, out, "fake_server.faults.fail_first_n=0")
+    healed = collect(failing, rows, out, "serve.faults.fail_first_n=0")
     assert healed.returncode == 0, healed.stderr
     assert sorted(pairs(out)[4:]) == [(1, 0), (1, 1)] and len(records(sidecar(out))) == 4
 
@@ -159,7 +161,7 @@ def test_an_interrupted_collection_resumes_with_only_the_missing_rows(files):
     with out.open("a") as handle:  # a line torn by a crash while writing it
         handle.write('{"_ng_task_index": 2, "_ng_rollo')
 
-    resumed = collect(slow, rows, out, "fake_server.latency=0")
+    resumed = collect(slow, rows, out, "serve.latency=0")
     assert resumed.returncode == 0, resumed.stderr
     assert "torn last line" in resumed.stderr and f"{len(done)} rollout(s) already in" in resumed.stderr
     assert pairs(out)[:len(done)] == done
@@ -199,7 +201,7 @@ def test_the_gym_group_lists_collect():
 
 
 def test_missing_pairs_run_as_whole_groups_where_they_can_and_one_seeded_repeat_otherwise():
-    from cluster.gym.collect import plan_calls
+    from cluster.cli.gym_collect import plan_calls
 
     # task 1 misses both repeats: one call of 2 samples; tasks 0 and 2 miss one each: a call of 1 sample per repeat
     assert plan_calls({0: [1], 1: [0, 1], 2: [0]}, 2) == [([1], 2, 0), ([2], 1, 0), ([0], 1, 1)]

@@ -30,21 +30,21 @@ def wait_healthy(url: str, timeout: float = 90) -> None:
 
 
 def test_the_agent_server_as_a_ray_serve_application(calc, ray_cluster):
-    from ray import serve
-
+    from cluster.assembly import FarmAssembly
     from cluster.gym.server import deploy, prepared
 
     raw, settings = prepared({"model": {"type": "scripted", "policy": "calculator"},
                               "agent": {"type": "tool_calling", "max_steps": 6},
                               "environment": {"type": "resources", "url": calc.url},
                               "gym": {"serve": True, "port": 0, "route_prefix": "/gym"}})
-    url = deploy(raw, settings, name="gym-test")
+    assembly = FarmAssembly(backend=None)
+    url = deploy(assembly, raw, settings, name="gym-test")
     try:
         assert url.endswith("/gym")
         wait_healthy(url)
         replies = [httpx.post(url + "/run", json=row, timeout=60).json() for row in calc_rows(2, seed=4)]
     finally:
-        serve.delete("gym-test")
+        assembly.stop_ingress()
     assert [r["reward"] for r in replies] == [1.0, 1.0]
     assert all(r["response"]["output"][0]["type"] == "function_call" for r in replies)
 

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 PERF = Path(__file__).resolve().parent
+HERE = {"app": "scripted", "in_process": True}  # a scripted policy played on the farm's own event loop
 sys.path.insert(0, str(PERF.parents[1]))
 sys.path.insert(0, str(PERF))
 
@@ -41,6 +42,7 @@ TARGET = 0.9
 CLIENT = r'''
 import asyncio, json, sys, time
 import aiohttp
+
 
 async def main(url, rows):
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
@@ -94,9 +96,9 @@ def floor_app(reply: dict):
 
 
 def measure(backend: str, n: int, rounds: int, profile: bool) -> dict:
+    from cluster.config.gym_section import GymSection
     from cluster.farm.rollout_farm import RolloutFarm
     from cluster.gym.agent_app import EpisodeRunner, build_app
-    from cluster.gym.config import GymSection
     from cluster.gym.rows import legacy_task, verify_reply
     from envs.resources.calc_server import calc_rows, create_app
     from envs.resources.serving import serve_in_thread
@@ -108,7 +110,7 @@ def measure(backend: str, n: int, rounds: int, profile: bool) -> dict:
     profile_lines: list[str] = []
     with serve_in_thread(create_app()) as calc:
         config = {"model": {"type": "openai", "return_token_ids": True, "logprobs": True},
-                  "fake_server": {"policy": "calculator"}, "agent": {"type": "tool_calling", "max_steps": 6},
+                  "serve": {**HERE, "policy": "calculator"}, "agent": {"type": "tool_calling", "max_steps": 6},
                   "environment": {"type": "resources", "url": calc.url}, "farm": {"backend": backend},
                   "run": {"concurrency": n}}
         farm = RolloutFarm.from_config(config, concurrency=n).start()

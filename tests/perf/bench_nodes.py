@@ -3,7 +3,7 @@ and rollouts/s on 1, 2 and 3 nodes.
 
     python tests/perf/bench_nodes.py [--instances 20] [--samples 4] [--concurrency 12]
 
-Each scenario starts fresh machines (``cluster.dev.machines``, what ``rollout dev-cluster`` starts: a Ray node with
+Each scenario starts fresh machines (``cluster.session.machines``, what ``rollout dev-cluster`` starts: a Ray node with
 its own docker daemon and an empty image store, the head's files masked, one CPU each) beside a head in this
 process, and runs the SWE demo's
 config on them from a driver on the head (``rollout run configs/swe_demo.yaml farm.node_resources={sandbox: 1}``)
@@ -39,7 +39,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(PROJECT))
 
-from cluster.dev.machines import Machine, Registry  # noqa: E402
+from cluster.session.machines import Machine, Registry  # noqa: E402
 
 
 def dataset(where: Path, instances: int) -> Path:

@@ -211,7 +211,7 @@ def test_the_start_up_split_is_kept_and_shown_as_one_row():
 
 
 def test_the_startup_clock_splits_the_seconds_before_the_first_model_call():
-    from cluster.run.startup import FIRST_CALL, StartupClock, first_model_call
+    from cluster.assembly.startup import FIRST_CALL, StartupClock, first_model_call
 
     clock = StartupClock(t0=100.0)
     clock.spans.update({"config": (100.0, 100.4), "ray": (100.4, 103.0), "images": (100.5, 101.0),

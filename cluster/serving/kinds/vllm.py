@@ -15,6 +15,7 @@ from cluster.serving.config import ServeSection
 from cluster.serving.controls import EndpointControls, EngineControls, ModelControls
 from cluster.serving.kinds.base import ServeApp
 from rollout.errors import ConfigError
+from rollout.models.client.config import OpenAIModelConfig
 
 MIN_VLLM_CPUS = 4
 """Ray Serve LLM places an engine with its ingress in a placement group: fewer logical CPUs and it never starts."""
@@ -87,6 +88,6 @@ class VllmApp(ServeApp):
         # vLLM salts its prefix cache per policy version; Ray Serve LLM's /tokenize is broken with vLLM 0.32, so
         # token-in mode renders with the model's own tokenizer
         overrides: dict[str, Any] = {"release_sessions": False, "cache_salt": True}
-        if not getattr(model_config, "tokenizer", None):
+        if not isinstance(model_config, OpenAIModelConfig) or not model_config.tokenizer:
             overrides["tokenizer"] = section.model_source
         return overrides

@@ -107,15 +107,20 @@ class VllmProcessServer:
                 kept.pop("content-length", None)
             return Response(body, status_code=reply.status, headers=kept)
 
+    process: subprocess.Popen | None = None
+    """The ``vllm serve`` process, once started (``__del__`` may run on a replica whose ``__init__`` failed)."""
+    key: str | None = None
+    """Where its URL is recorded for the controls (Ray's KV store), once it is."""
+
     def __del__(self) -> None:
-        process = getattr(self, "process", None)
+        process = self.process
         if process is not None and process.poll() is None:
             process.terminate()
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
-        key = getattr(self, "key", None)
+        key = self.key
         if key:
             try:
                 kv_del(key)

@@ -1,35 +1,28 @@
-"""The scripted policy over HTTP in the driver's process, for a run or a farm whose config has a ``fake_server``
-section (the scripted app's in-process spelling; ``cluster.assembly`` starts it): one starter for both. On
+"""The scripted policy over HTTP in the driver's process, for a run or a farm whose scripted ``serve`` section is
+played here (``serve.in_process``, or the local backend; ``cluster.assembly`` starts it): one starter for both. On
 127.0.0.1, unless the run joins a cluster: then on every interface, advertised with this node's address so
 workers on other nodes reach it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
 
 from cluster.names import POLICIES
-from cluster.run.home import in_ray_job
+from cluster.serving.config import ServeSection
 from cluster.serving.scripted_server.config import ScriptedServerConfig
 from cluster.serving.scripted_server.server import ScriptedServer, start_scripted_server
 from rollout.config.load import validate
 
 
-def joins_cluster(farm: Any) -> bool:
-    """A ray backend on a cluster that other nodes may be part of (given, from the environment, or a job's)."""
-    return farm.backend == "ray" and bool(farm.address or os.environ.get("RAY_ADDRESS") or in_ray_job())
-
-
-async def start_demo_server(section: Any, *, dataset: str | Path | None = None,
+async def start_demo_server(section: ServeSection, *, dataset: str | Path | None = None,
                             remote: bool = False) -> ScriptedServer:
-    """Serve ``section``'s policy (a config's ``fake_server`` section); the server's ``url`` is what models should
-    use as their base URL."""
+    """Serve ``section``'s policy (a scripted ``serve`` section: its policy, latency and faults); the server's
+    ``url`` is what models should use as their base URL."""
     config = validate(ScriptedServerConfig, {
         "policy": POLICIES.resolve(section.policy), "latency": section.latency, "faults": section.faults,
         "dataset": str(dataset) if dataset is not None else None, "host": "0.0.0.0" if remote else "127.0.0.1",
         "check_model": False,  # the run's model section names the model as it likes; only the run calls it
-    }, prefix="fake_server")
+    }, prefix="serve")
     server = await start_scripted_server(config)
     if remote:
         port = server.root_url.rsplit(":", 1)[1]

@@ -204,7 +204,7 @@ class ScriptedRoutes:
         tools, out = req.body.get("tools") if req.kind == "chat" else None, []
         for messages in req.prompts:
             for i in range(req.n):
-                if i and getattr(self.model, "policy", None) is None:
+                if i and self.model.policy is None:
                     out.append(out[-1])
                     continue
                 seeded = meta.model_copy(update={"seed": (meta.seed or 0) + i}) if i else meta

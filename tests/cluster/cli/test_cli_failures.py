@@ -39,7 +39,7 @@ def closed_port() -> int:
 
 def test_a_model_that_never_answers_is_an_infra_failure_not_the_time_limit(tmp_path):
     out = rollout(tmp_path, str(DEMO), SHELL_TASK, "run.samples=1", "run.max_attempts=1", "agent.time_limit=2",
-                  "model.max_retries=20", "fake_server.faults.fail_first_n=1000", "fake_server.faults.status=503")
+                  "model.max_retries=20", "serve.faults.fail_first_n=1000", "serve.faults.status=503")
     [result] = lines(tmp_path / "local_demo")
     assert (result["status"], result["exit_reason"]) == ("infra_failed", "model_error"), result["error"]
     assert result["reward"] is None
@@ -54,7 +54,7 @@ def test_a_model_that_never_answers_is_an_infra_failure_not_the_time_limit(tmp_p
 def test_time_spent_in_model_calls_is_not_the_agents(tmp_path):
     # every completion takes 0.4 s: three turns of model time pass the 1 s limit, the agent's own time does not
     # (the model's calls have their own budget, model_time_limit)
-    out = rollout(tmp_path, str(DEMO), SHELL_TASK, "run.samples=1", "agent.time_limit=1", "fake_server.latency=0.4",
+    out = rollout(tmp_path, str(DEMO), SHELL_TASK, "run.samples=1", "agent.time_limit=1", "serve.latency=0.4",
                   "agent.model_time_limit=60")
     assert out.returncode == 0, out.stderr
     [result] = lines(tmp_path / "local_demo")
@@ -87,7 +87,7 @@ def test_a_non_retryable_failure_runs_once_and_stays_final_on_resume(tmp_path, b
 def real_model_config(tmp_path, **runtime) -> Path:
     """The demo with a real model endpoint (no scripted server) that nothing listens on."""
     config = yaml.safe_load(DEMO.read_text())
-    del config["fake_server"]
+    del config["serve"]
     config["model"]["base_url"] = f"http://127.0.0.1:{closed_port()}/v1"
     config["runtime"].update(runtime)
     config["dataset"]["path"] = str(REPO / "configs" / "data" / "local_demo.jsonl")
@@ -117,10 +117,10 @@ def test_an_unreachable_model_endpoint_fails_before_any_work(tmp_path):
     assert not (tmp_path / "local_demo").exists()
 
 
-def test_a_bad_fake_server_section_fails_before_any_work(tmp_path):
-    for override, field in [("fake_server.faults.fail_frist_n=3", "fake_server.faults.fail_frist_n"),
-                            ("fake_server.faults.status=teapot", "fake_server.faults.status"),
-                            ("fake_server.policy=nope", "fake_server.policy")]:
+def test_a_bad_scripted_serve_section_fails_before_any_work(tmp_path):
+    for override, field in [("serve.faults.fail_frist_n=3", "serve.faults.fail_frist_n"),
+                            ("serve.faults.status=teapot", "serve.faults.status"),
+                            ("serve.policy=nope", "serve.policy")]:
         out = rollout(tmp_path, str(DEMO), override)
         assert out.returncode == 2, out.stderr
         assert out.stderr.count("\n") == 1 and field in out.stderr, out.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cluster.cli import main as cli, version
-from cluster.run.config import RunConfig
+from cluster.config.run_config import RunConfig
 from rollout.config.load import load_config, validate
 
 REPO = Path(__file__).resolve().parents[3]
@@ -55,7 +55,8 @@ def test_version_falls_back_to_pyproject_without_package_metadata(monkeypatch):
 
 def swe_local(home, *overrides):
     """The SWE demo on one instance, its scripted model in process (no Ray Serve)."""
-    return rollout("run", "--local", str(SWE), "runtime.type=local", "serve=null", "fake_server={policy: gold}",
+    return rollout("run", "--local", str(SWE), "runtime.type=local",
+                   "serve={app: scripted, in_process: true, policy: gold}",
                    f"dataset.path={home / 'data' / 'swe_mini.jsonl'}", "dataset.slice=0:1", *overrides, home=home)
 
 

@@ -69,7 +69,7 @@ def test_demo_runs_every_agent_and_a_second_run_does_nothing(tmp_path):
 
 def test_sigkill_half_way_then_resume_gives_exactly_one_line_per_rollout(tmp_path):
     env = {**os.environ, "ROLLOUT_HOME": str(tmp_path)}
-    args = [sys.executable, "-m", "cluster", "run", "--local", str(DEMO), "fake_server.latency=0.3",
+    args = [sys.executable, "-m", "cluster", "run", "--local", str(DEMO), "serve.latency=0.3",
             "run.concurrency=2"]
     proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = tmp_path / "local_demo"
@@ -81,10 +81,36 @@ def test_sigkill_half_way_then_resume_gives_exactly_one_line_per_rollout(tmp_pat
     killed_at = len(lines(run_dir))
     assert 4 <= killed_at < DEMO_ROLLOUTS, "the kill should land half way"
 
-    again = rollout(tmp_path, "run", str(DEMO), "fake_server.latency=0.3", "run.concurrency=4")
+    again = rollout(tmp_path, "run", str(DEMO), "serve.latency=0.3", "run.concurrency=4")
     assert again.returncode == 0, again.stderr
     keys = Counter((r["task_id"], r["sample_index"]) for r in lines(run_dir))
     assert len(keys) == DEMO_ROLLOUTS and set(keys.values()) == {1}
+
+
+def test_the_old_spelling_of_the_scripted_policy_still_runs_and_its_run_directories_resume(tmp_path):
+    """``fake_server: {...}`` is read as ``serve: {app: scripted, in_process: true, ...}``, its one spelling now; a
+    run directory an older version wrote with it (its config.json spelled so) resumes without a "changed" refusal."""
+    old = tmp_path / "old.yaml"
+    text = DEMO.read_text().replace("serve:\n  app: scripted         # a scripted policy, played in this process (no "
+                                    "Serve deployment)\n  in_process: true\n", "fake_server:\n")
+    assert "fake_server:" in text and "in_process" not in text
+    old.write_text(text.replace("path: data/", f"path: {REPO / 'configs' / 'data'}/"))
+    first = rollout(tmp_path, "run", str(old), "run.samples=1")
+    assert first.returncode == 0, first.stderr
+    assert "fake_server: read as serve: {app: scripted, in_process: true, ...}" in first.stderr
+    run_dir = tmp_path / "local_demo"
+    stored = json.loads((run_dir / "config.json").read_text())
+    assert stored["serve"]["in_process"] is True and "fake_server" not in stored
+    # as an older version wrote it: no serve section, the policy under fake_server
+    section = stored.pop("serve")
+    stored["serve"] = None
+    stored["fake_server"] = {key: section[key] for key in ("policy", "latency", "faults")}
+    (run_dir / "config.json").write_text(json.dumps(stored))
+    again = rollout(tmp_path, "run", str(DEMO), "run.samples=1")
+    assert again.returncode == 0, again.stderr
+    assert "changed" not in again.stderr and "already done" in again.stderr
+    changed = rollout(tmp_path, "run", str(DEMO), "run.samples=1", "serve.policy=echo")
+    assert changed.returncode == 2 and "serve.policy" in changed.stderr  # a real change is still refused
 
 
 def test_bad_config_exits_2_with_one_line_before_any_work(tmp_path):
@@ -119,7 +145,7 @@ def test_changed_config_is_refused_unless_new_run(tmp_path):
 def test_infrastructure_failures_are_retried_then_final_then_retried_on_request(tmp_path):
     base = [str(DEMO), "dataset.slice=3:5", "run.samples=1", "model.max_retries=0"]
     # every rollout's first request gets a 500: attempt 1 is an infrastructure failure, attempt 2 succeeds
-    out = rollout(tmp_path / "a", "run", *base, "fake_server.faults.fail_first_n=1")
+    out = rollout(tmp_path / "a", "run", *base, "serve.faults.fail_first_n=1")
     assert out.returncode == 0, out.stderr
     results = lines(tmp_path / "a" / "local_demo")
     assert [(r["attempt"], r["status"], r["exit_reason"]) for r in results if r["task_id"] == "tools-course-topic"] == [
@@ -130,7 +156,7 @@ def test_infrastructure_failures_are_retried_then_final_then_retried_on_request(
 
     # one attempt only: the failures are final, kept out of the reward mean, and a re-run leaves them
     home = tmp_path / "b"
-    out = rollout(home, "run", *base, "run.max_attempts=1", "fake_server.faults.fail_first_n=5")
+    out = rollout(home, "run", *base, "run.max_attempts=1", "serve.faults.fail_first_n=5")
     summary = json.loads((home / "local_demo" / "summary.json").read_text())
     assert summary["rollouts"]["infra_failed"] == 2 and summary["reward_mean"] is None
     again = rollout(home, "run", *base, "run.max_attempts=1")
@@ -224,6 +250,6 @@ def test_local_plays_a_scripted_serve_app_in_this_process_and_starts_no_ray(tmp_
     run_dir = tmp_path / "swe_demo"
     assert json.loads((run_dir / "summary.json").read_text())["swe"]["resolved_instances"] == 2
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["serve"] is None and config["fake_server"]["policy"] == "gold"
+    assert (config["serve"]["app"], config["serve"]["policy"]) == ("scripted", "gold") and "fake_server" not in config
     bad = rollout(tmp_path, "run", "configs/swe_demo.yaml", "serve.policy=no_such_policy", "run_id=bad")
     assert bad.returncode == 2 and "serve.policy: unknown policy 'no_such_policy'" in bad.stderr  # as written

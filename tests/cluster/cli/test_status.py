@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.run import job as jobs, live
+from cluster.backends.live_tracker import LiveRollout as WorkerLiveRollout  # workers and the driver share one tracker
+from cluster.run import job as jobs
 from cluster.run.driver import Driver
-from cluster.workers.live_tracker import LiveRollout as WorkerLiveRollout  # workers and the driver share one tracker
+from rollout.store import live
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -251,10 +252,9 @@ def test_driver_live_state_has_worker_shaped_rows_and_the_file_says_interrupted(
 
     async def scenario():
         from cluster.assembly import FarmAssembly
-        from cluster.run.startup import open_run
 
         assembly = FarmAssembly.for_run(job.config, out=io.StringIO())
-        backend = await open_run(job, assembly, None)
+        backend = await jobs.open_farm(job, assembly)
         close = assembly.close
         driver = Driver(backend, job.store, job.plan, run_id=job.run_id, concurrency=4, progress_interval=0.2,
                         out=io.StringIO())

@@ -137,7 +137,7 @@ def test_sigkill_of_the_driver_half_way_then_the_same_command_gives_one_result_e
     ray_tmp = Path(tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"))
     env = {**os.environ, "ROLLOUT_HOME": str(tmp_path / "home"), "RAY_TMPDIR": str(ray_tmp)}
     env.pop("RAY_ADDRESS", None)
-    args = [sys.executable, "-m", "cluster", "run", str(DEMO), "fake_server.latency=0.3", "run.concurrency=2"]
+    args = [sys.executable, "-m", "cluster", "run", str(DEMO), "serve.latency=0.3", "run.concurrency=2"]
     run_dir = tmp_path / "home" / "local_demo"
     proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

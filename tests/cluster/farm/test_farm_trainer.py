@@ -15,6 +15,8 @@ import pytest
 from cluster import RolloutFarm
 from rollout.errors import ConfigError
 
+HERE = {"app": "scripted", "in_process": True}  # a scripted policy played on the farm's own event loop
+
 ROOT = Path(__file__).resolve().parents[3]
 SHELL = {"agent": {"type": "mini_swe", "max_steps": 12},
          "environment": {"type": "shell", "command_timeout": 10, "setup_from_task": True},
@@ -41,7 +43,7 @@ def test_the_example_training_loop_runs():
 
 def test_the_demo_policy_plays_the_rows_generate_hands_it():
     rows = demo_shell_rows()
-    config = {"model": TOKENS, "fake_server": {"policy": "demo"}, "farm": {"backend": "local"}, **SHELL}
+    config = {"model": TOKENS, "serve": {**HERE, "policy": "demo"}, "farm": {"backend": "local"}, **SHELL}
     with RolloutFarm.from_config(config) as farm:
         batch = farm.generate(rows, n=2)  # dataset-shaped rows: kind, solution, check, ... go to task.data
     assert len(batch.groups) == len(rows) >= 3
@@ -103,7 +105,7 @@ def test_sampling_per_call_reaches_the_model_and_training_and_eval_share_a_farm(
 
 @pytest.mark.parametrize("on_stale", ["mask", "rerun"])
 def test_a_sample_older_than_max_staleness_is_masked_or_run_again(on_stale):
-    config = {"model": TOKENS, "fake_server": {"policy": "seed_writer", "latency": 1.0},
+    config = {"model": TOKENS, "serve": {**HERE, "policy": "seed_writer", "latency": 1.0},
               "farm": {"backend": "local"}, **SHELL}
     rows = [{"task_id": f"t{k}", "prompt": "seed", "check": "true"} for k in range(2)]
     with RolloutFarm.from_config(config) as farm:

@@ -11,6 +11,8 @@ import pytest
 
 from cluster import RolloutFarm
 
+HERE = {"app": "scripted", "in_process": True}  # a scripted policy played on the farm's own event loop
+
 SHELL = {"agent": {"type": "mini_swe", "max_steps": 6},
          "environment": {"type": "shell", "command_timeout": 20, "setup_from_task": True},
          "runtime": {"type": "local"}, "verifier": {"type": "check_command"}, "run": {"concurrency": 8}}
@@ -18,7 +20,7 @@ TOKENS = {"type": "openai", "model": "scripted", "return_token_ids": True, "logp
 
 
 def farm(latency: float) -> RolloutFarm:
-    return RolloutFarm.from_config({"model": TOKENS, "fake_server": {"policy": "seed_writer", "latency": latency},
+    return RolloutFarm.from_config({"model": TOKENS, "serve": {**HERE, "policy": "seed_writer", "latency": latency},
                                     "farm": {"backend": "local"}, **SHELL})
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from agents.swe_agent import MiniSweAgent
-from cluster.workers.worker import ObjectSource, RolloutWorker
+from cluster.backends.sources import ObjectSource
+from cluster.workers.worker import RolloutWorker
 from envs.runtimes.null import NullRuntime
 from envs.shell_env import ShellEnvironment
 from rollout.models.scripted import ScriptedModel

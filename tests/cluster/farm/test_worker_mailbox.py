@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import math
 
+from cluster.backends.sources import ConfigSource
 from cluster.compose import Composer
-from cluster.run.config import RunConfig
+from cluster.config.run_config import RunConfig
 from cluster.workers.wire import JSON, PICKLE, decode_result, encode_result
-from cluster.workers.worker import ConfigSource, RolloutWorker
+from cluster.workers.worker import RolloutWorker
 from rollout.config.load import validate
 from rollout.records import ExitReason, RequestMeta, RolloutResult, Task
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.run import live
 from cluster.web.live_page import start_for_run
+from rollout.store import live
 
 REPO = Path(__file__).resolve().parents[3]
 POLICY = textwrap.dedent('''

@@ -44,7 +44,7 @@ def demo_copy(tmp_path, rows=None):
 
 def test_a_second_run_on_the_same_directory_exits_2_naming_the_writer(tmp_path):
     env = {**os.environ, "ROLLOUT_HOME": str(tmp_path)}
-    first = subprocess.Popen([sys.executable, "-m", "cluster", "run", "--local", str(DEMO), "fake_server.latency=0.3",
+    first = subprocess.Popen([sys.executable, "-m", "cluster", "run", "--local", str(DEMO), "serve.latency=0.3",
                               "run.concurrency=2"], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     run_dir = tmp_path / "local_demo"
@@ -53,7 +53,7 @@ def test_a_second_run_on_the_same_directory_exits_2_naming_the_writer(tmp_path):
         while time.monotonic() < deadline and not results(run_dir):
             time.sleep(0.05)
         assert results(run_dir), "the first run is under way"
-        second = rollout(tmp_path, "run", str(DEMO), "fake_server.latency=0.3")
+        second = rollout(tmp_path, "run", str(DEMO), "serve.latency=0.3")
         assert second.returncode == 2, second.stderr
         assert f"in use by another run (pid {first.pid})" in second.stderr and second.stderr.count("\n") == 1
         assert first.wait(timeout=180) == 0, first.stderr.read()

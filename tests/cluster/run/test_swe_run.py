@@ -33,7 +33,7 @@ def swe_run(tmp_path, *overrides):
     (``test_serve_scripted`` runs the demo through Serve)."""
     data = tmp_path / "data" / "swe_mini.jsonl"
     return rollout(tmp_path, "run", str(CONFIG), f"dataset.path={data}", "dataset.slice=0:3", "serve=null",
-                   "fake_server={policy: gold}", *overrides)
+                   "serve={app: scripted, in_process: true, policy: gold}", *overrides)
 
 
 @pytest.mark.docker
@@ -68,7 +68,7 @@ def test_gold_resolves_every_instance_in_containers_and_eval_agrees(tmp_path, ba
 
 
 def test_empty_policy_resolves_nothing_on_the_local_runtime(tmp_path):
-    swe_run(tmp_path, "fake_server.policy=empty", "run_id=swe_empty", "runtime={type: local}")
+    swe_run(tmp_path, "serve.policy=empty", "run_id=swe_empty", "runtime={type: local}")
     rows = results(tmp_path / "swe_empty")
     assert len(rows) == 3
     assert all(r["status"] == "completed" and r["exit_reason"] == "submitted" for r in rows)

@@ -20,7 +20,7 @@ def test_a_vllm_app_without_a_model_names_the_field():
 
 
 def test_serve_and_fake_server_together_are_refused():
-    from cluster.run.config import RunConfig
+    from cluster.config.run_config import RunConfig
 
     with pytest.raises(ConfigError, match="keep one"):
         validate(RunConfig, {"model": {"type": "openai"}, "dataset": {"path": "x.jsonl"},
@@ -72,7 +72,7 @@ def test_what_a_model_cannot_do_raises_not_supported():
 
 
 def test_the_serve_section_may_sit_inside_the_model_section():
-    from cluster.run.config import RunConfig
+    from cluster.config.run_config import RunConfig
 
     config = validate(RunConfig, {"model": {"type": "openai", "model": "m", "serve": {"app": "scripted"}},
                                   "dataset": {"path": "x.jsonl"}})

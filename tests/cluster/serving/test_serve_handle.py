@@ -6,26 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from cluster.serving import apps
-from cluster.serving.config import ServeSection
-
-ROOT = Path(__file__).resolve().parents[3]
-DEMO_DATA = str(ROOT / "configs" / "data" / "local_demo.jsonl")
 CALC_TOOLS = [{"type": "function", "function": {"name": "calculate", "description": "evaluate arithmetic",
                "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
-
-
-@pytest.fixture(scope="module")
-def scripted(ray_cluster):
-    section = ServeSection(app="scripted", name="test-handle", route_prefix="/handle", policy="demo", replicas=2)
-    served = apps.start(section, "scripted-demo", dataset=DEMO_DATA, out=sys.stderr)
-    yield served
-    served.stop()
 
 
 def _config(base_url: str, **fields):
@@ -46,7 +31,7 @@ def test_the_handle_path_answers_as_the_proxy_does_with_token_data_and_usage(scr
     async def both():
         replies = []
         for model in (OpenAIModel(_config(scripted.base_url)),
-                      HandleModel(_config(scripted.base_url), "test-handle", DEPLOYMENT)):
+                      HandleModel(_config(scripted.base_url), scripted.section.name, DEPLOYMENT)):
             meta = RequestMeta(rollout_id="tools-arithmetic#0", task_id="tools-arithmetic", policy_version="3")
             replies.append(await model.complete(messages, CALC_TOOLS, meta=meta))
             await model.end_session(meta)
@@ -70,7 +55,7 @@ def test_each_rollouts_turns_stay_on_one_replica_and_rollouts_share_the_replicas
     from cluster.serving.kinds.scripted import DEPLOYMENT
     from rollout.records import RequestMeta
 
-    model = HandleModel(_config(scripted.base_url), "test-handle", DEPLOYMENT)
+    model = HandleModel(_config(scripted.base_url), scripted.section.name, DEPLOYMENT)
     transport = HandleTransport(model)
     body = json.dumps({"model": "scripted-demo", "messages": [{"role": "user", "content": "hi"}]}).encode()
 
@@ -103,7 +88,7 @@ def test_a_missing_application_is_a_model_error_after_the_clients_retries(ray_cl
 
 def test_the_composer_gives_the_handle_model_for_the_runs_own_scripted_app_only(scripted, ray_cluster):
     from cluster.compose import Composer
-    from cluster.run.config import RunConfig
+    from cluster.config.run_config import RunConfig
     from cluster.serving.handle_model import HandleModel
     from rollout.models.client.model import OpenAIModel
 
@@ -112,15 +97,15 @@ def test_the_composer_gives_the_handle_model_for_the_runs_own_scripted_app_only(
             "dataset": {"path": "-"}, "agent": {"type": "mini_swe"}, "environment": {"type": "shell"},
             "runtime": {"type": "local"},
             "model": {"type": "openai", "model": "scripted-demo"},
-            "serve": {"app": "scripted", "name": "test-handle", "policy": "demo", **serve}}))
+            "serve": {"app": "scripted", "name": scripted.section.name, "policy": "demo", **serve}}))
 
     built = composer().build_model(scripted.base_url)
-    assert isinstance(built, HandleModel) and built.app == "test-handle" and built.config.release_sessions
+    assert isinstance(built, HandleModel) and built.app == scripted.section.name and built.config.release_sessions
     assert type(composer(handle_calls=False).build_model(scripted.base_url)) is OpenAIModel
     assert type(composer().build_model(None)) is OpenAIModel  # no URL yet: not the deployed app
 
     def in_a_worker(composer, url):  # as a farm worker builds it, from the composer it is shipped
-        from cluster.workers.worker import ConfigSource
+        from cluster.backends.sources import ConfigSource
 
         return type(ConfigSource(composer, url).build_model()).__name__
 

@@ -62,12 +62,12 @@ def test_a_new_kind_is_one_class_plus_one_table_line(echo_kind):
     section = ServeSection(app="echo", base_url="http://127.0.0.1:9/v1/")
     assembly = FarmAssembly(section, model={"model": "m"}, backend=None, out=io.StringIO())
     assert not assembly.needs_ray  # a kind that deploys nothing starts no cluster
-    served = assembly.join().start_model()
+    served = assembly.open_model()
     assert (served.base_url, served.model_id) == ("http://127.0.0.1:9/v1", "m")
     assert not assembly.session.owned
 
     from cluster.compose import Composer
-    from cluster.run.config import RunConfig
+    from cluster.config.run_config import RunConfig
     from rollout.config.load import validate
 
     config = validate(RunConfig, {"serve": {"app": "echo", "base_url": "http://127.0.0.1:9/v1"},
@@ -93,4 +93,7 @@ def test_only_the_table_branches_on_the_app_and_only_the_assembly_assembles():
     assert callers == {"cluster/session/connect.py"}
     deployers = {str(p.relative_to(ROOT)) for p in python_sources("cluster", "examples")
                  if re.search(r"\bapps\.start\(", p.read_text())}
-    assert deployers == {"cluster/assembly.py"}
+    assert deployers == {"cluster/assembly/farm_assembly.py"}
+    starters = {str(p.relative_to(ROOT)) for p in python_sources("cluster", "examples")
+                if re.search(r"\b(start_backend|start_model)\(", p.read_text())}
+    assert starters and all(s.startswith("cluster/assembly/") for s in starters), starters

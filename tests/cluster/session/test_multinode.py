@@ -26,7 +26,7 @@ SLOTS_PER_NODE = 4  # 2 CPUs per node / runtime.cpus 0.5
 
 CONFIG = """\
 run_id: {run_id}
-fake_server: {{policy: demo, latency: 0.5}}
+serve: {{app: scripted, in_process: true, policy: demo, latency: 0.5}}
 model: {{type: openai, model: scripted, max_retries: 3}}
 agent: {{type: mini_swe, max_steps: 12}}
 environment: {{type: shell, command_timeout: 10, setup_from_task: true}}

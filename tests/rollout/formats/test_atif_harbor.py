@@ -3,7 +3,7 @@ models) accepts every file `rollout run` and `rollout export` write, from the de
 agent, function calling, ReAct text actions; the scripted server's token ids and logprobs recorded) and from an
 external agent farmed through the model gateway (one conversation, tool calls, a compacted prompt); it rejects a
 file with a gap in its step ids. Harbor's own trace export reads our files as the rows `--format sharegpt` writes.
-The Harbor venv: ``tests/harbor_venv.py``."""
+The Harbor venv: ``tests/foreign_venvs.py``, its child ``tests/harbor_venv.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from harbor_venv import harbor_python, run_in_harbor, traces, validate
+from foreign_venvs import run_function
+from harbor_venv import traces, validate
 
 from cluster.gym.gateway import gateway_app
 from cluster.serving.scripted_server.server import serve_in_thread as scripted_server_in_thread
@@ -37,17 +38,12 @@ def latest(run_dir):
     return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
 
 
-@pytest.fixture(scope="session")
-def harbor(pytestconfig, tmp_path_factory):
-    return harbor_python(pytestconfig, tmp_path_factory)
-
-
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """The local demo, 200 rollouts of three agents with token data, writing ATIF files as rollouts finish."""
     home = tmp_path_factory.mktemp("home")
     done = rollout(home, "run", "--local", "configs/local_demo.yaml", f"run.samples={SAMPLES}", "run.concurrency=16",
-                   "fake_server.latency=0", "run.progress_interval=60", "output.trajectory_format=atif")
+                   "serve.latency=0", "run.progress_interval=60", "output.trajectory_format=atif")
     assert done.returncode == 0, done.stderr[-3000:]
     return home / "local_demo"
 
@@ -219,4 +215,4 @@ def task_config(request):
 
 
 def test_the_harbor_venv_also_reads_task_configs(harbor):
-    assert run_in_harbor(harbor, task_config, {"toml": "[verifier]\ntimeout_sec = 120.0\n"}) == 120.0
+    assert run_function(harbor, task_config, {"toml": "[verifier]\ntimeout_sec = 120.0\n"}) == 120.0

@@ -73,13 +73,13 @@ def rollout_run(home: Path, *overrides: str) -> tuple[subprocess.CompletedProces
 
 
 def test_rollout_run_reads_replies_with_lone_surrogates_and_scores_the_task(tmp_path):
-    out, [result] = rollout_run(tmp_path, "fake_server.faults.lone_surrogates=true")
+    out, [result] = rollout_run(tmp_path, "serve.faults.lone_surrogates=true")
     assert (result["status"], result["exit_reason"], result["reward"]) == ("completed", "submitted", 1.0), out.stdout
     assert out.returncode == 0, out.stderr
 
 
 def test_rollout_run_scores_a_history_the_server_refuses_as_the_token_limit(tmp_path):
-    out, [result] = rollout_run(tmp_path, "fake_server.faults.max_request_bytes=1")
+    out, [result] = rollout_run(tmp_path, "serve.faults.max_request_bytes=1")
     assert (result["status"], result["exit_reason"], result["reward"]) == ("completed", "token_limit", 0.0), out.stdout
     assert result["error"] is None and "infra failures  none" in out.stdout
     assert out.returncode == 0, out.stderr

@@ -15,9 +15,12 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Callable
 
@@ -111,7 +114,7 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
         raise TimeoutError(f"machine {self.name} did not join within {timeout:g}s: {self.logs()}")
 
     def joined(self) -> bool:
-        import ray
+        import ray  # the ray extra
 
         return any(n.get("Alive") and n.get("Resources", {}).get(self.name) for n in ray.nodes())
 
@@ -127,7 +130,7 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
         return machine
 
     def node_id(self) -> str | None:
-        import ray
+        import ray  # the ray extra
 
         return next((n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(self.name)),
                     None)
@@ -182,8 +185,6 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -198,7 +199,7 @@ class Registry:
         self.address = f"127.0.0.1:{self.port}"
         auth = ""
         if users:
-            import bcrypt
+            import bcrypt  # the dev extra: the tests' registry with basic auth
 
             (root / "htpasswd").write_text("".join(
                 f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n"
@@ -210,10 +211,6 @@ class Registry:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "Registry":
-        import time
-        import urllib.error
-        import urllib.request
-
         log = open(self.root / "registry.log", "w")
         self.process = subprocess.Popen(["docker-registry", "serve", str(self.root / "config.yml")], stdout=log,
                                         stderr=subprocess.STDOUT)

@@ -13,8 +13,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cluster.compose import Composer
-from cluster.run.config import RunConfig
-from rollout.config.load import validate
+from cluster.config.run_config import RunConfig
+from cluster.serving.kinds import app_for
+from cluster.session.connect import join_address
+from cluster.session.join_check import check_join
+from envs.images.registry import check_registry as registry_answers
+from rollout.config.components import EndpointModelConfig, RunsOnHost
 from rollout.errors import ConfigError
 from rollout.records import Task
 
@@ -23,9 +27,8 @@ CONNECT_TIMEOUT = 5.0
 
 
 def check(config: RunConfig, composer: Composer, tasks: list[Task]) -> None:
-    """Every pre-flight check, cheapest first (``check_serve`` ran earlier: ``cluster.run.job.prepare`` checks the
-    section as written, before ``--local`` may hand a scripted app's policy to the in-process server)."""
-    check_fake_server(config)
+    """Every pre-flight check, cheapest first (``check_serve``, the model kind's own, ran earlier, before the
+    dataset loads)."""
     check_runtime_permissions(composer, tasks)
     check_cluster(config)
     check_registry(config)
@@ -35,21 +38,7 @@ def check(config: RunConfig, composer: Composer, tasks: list[Task]) -> None:
 def check_registry(config: RunConfig) -> None:
     """``images.registry`` answers and takes this machine's credentials: a wrong one is one error, before work."""
     if config.images.registry and config.farm.backend == "ray":
-        from envs.images.registry import check_registry as check
-
-        check(config.images.registry)
-
-
-def check_fake_server(config: RunConfig) -> None:
-    """``fake_server.faults`` against the scripted server's schema and ``fake_server.policy`` against the policies
-    (the server only starts once the run begins)."""
-    if config.fake_server is None:
-        return
-    from cluster.names import POLICIES
-    from cluster.serving.scripted_server.server import FaultsConfig
-
-    validate(FaultsConfig, config.fake_server.faults, prefix="fake_server.faults")
-    POLICIES.load(config.fake_server.policy, field="fake_server.policy")
+        registry_answers(config.images.registry)
 
 
 def check_serve(config: RunConfig) -> None:
@@ -57,8 +46,6 @@ def check_serve(config: RunConfig) -> None:
     anything deploys."""
     section = config.serve
     if section is not None:
-        from cluster.serving.kinds import app_for
-
         app_for(section).preflight(section)
 
 
@@ -70,7 +57,7 @@ def check_runtime_permissions(composer: Composer, tasks: list[Task]) -> None:
     in_use = {task.data.get("profile") for task in tasks} or {None}
     for name in sorted(in_use, key=lambda n: (n is not None, n or "")):
         runtime = composer.profiles[name].runtime
-        if runtime is None or getattr(runtime.config, "allow_host_exec", None) is not False:
+        if runtime is None or not isinstance(runtime.config, RunsOnHost) or runtime.config.allow_host_exec:
             continue
         prefix = f"profiles.{name}." if name is not None and composer.config.profiles[name].runtime else ""
         raise ConfigError(
@@ -85,10 +72,7 @@ def check_cluster(config: RunConfig) -> None:
     process's authentication token (``cluster.session.join_check``). A run that starts its own has nothing to check."""
     if config.farm.backend != "ray" or not (config.farm.address or os.environ.get("RAY_ADDRESS")):
         return
-    import ray
-
-    from cluster.session.connect import join_address
-    from cluster.session.join_check import check_join
+    import ray  # only a run on the ray backend gets here
 
     if not ray.is_initialized():  # a process already on a cluster runs there (``connect``)
         check_join(*join_address(config.farm.address))
@@ -99,14 +83,12 @@ def check_model_reachable(config: RunConfig, composer: Composer) -> None:
     and through a Ray client (``ray://``): that driver is off the cluster, whose nodes may reach an endpoint
     (a Serve proxy on each node's localhost) that this machine cannot."""
     address = config.farm.address or os.environ.get("RAY_ADDRESS") or ""
-    if config.fake_server is not None or (config.farm.backend == "ray" and address.startswith("ray://")):
+    if config.played_here is not None or (config.farm.backend == "ray" and address.startswith("ray://")):
         return
-    if config.serve is not None:
-        from cluster.serving.kinds import app_for
-
-        if app_for(config.serve).deploys:
-            return  # deployed when the run starts
-    url, field = getattr(composer.model_component.config, "base_url", None), "model.base_url"
+    if config.deployed is not None and app_for(config.deployed).deploys:
+        return  # deployed when the run starts
+    model = composer.model_component.config
+    url, field = model.base_url if isinstance(model, EndpointModelConfig) else None, "model.base_url"
     if config.serve is not None and config.serve.base_url:  # app: endpoint names its URL itself
         url, field = config.serve.base_url, "serve.base_url"
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):

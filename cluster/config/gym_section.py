@@ -7,7 +7,10 @@ from typing import Any
 
 from pydantic import Field
 
+from envs.registry import ENVIRONMENTS
 from rollout.config.load import StrictModel
+from rollout.errors import ConfigError
+from rollout.protocols import EnvironmentCapabilities, declared
 
 
 class GymSection(StrictModel):
@@ -41,10 +44,6 @@ class GymSection(StrictModel):
 def closes_sessions(section: Any) -> bool:
     """Whether an ``environment`` section names a class that closes a session on a remote server: its class
     flag ``closes_sessions`` (``rollout.protocols.EnvironmentCapabilities``), the class found as the run finds it."""
-    from envs.registry import ENVIRONMENTS
-    from rollout.errors import ConfigError
-    from rollout.protocols import EnvironmentCapabilities, declared
-
     if not isinstance(section, dict) or not isinstance(section.get("type"), str):
         return False
     try:

@@ -2,9 +2,8 @@
 how far the run is and what every in-flight rollout is doing (step, last command, when it last made
 progress, where it runs). ``rollout status`` reads it; so can anything else (``read_live``).
 
-The rows of in-flight rollouts have one shape wherever the rollout runs: ``cluster.workers.live_tracker`` keeps
-them from a rollout's events (the driver uses one for in-process backends), ``RolloutWorker.live`` returns the
-same rows for a Ray worker.
+The rows of in-flight rollouts have one shape wherever the rollout runs: the driver keeps them from a rollout's
+events for in-process backends, and a Ray worker returns the same rows.
 """
 
 from __future__ import annotations

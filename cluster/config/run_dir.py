@@ -1,26 +1,12 @@
-"""Where runs go: ``$ROLLOUT_HOME`` (``./runs``; in a ``ray job submit`` driver ``~/rollout-farm/runs``, the
-job's cwd being a throwaway copy) and a run's directory under it."""
+"""A run's directory: ``output.dir`` or the run id, under ``$ROLLOUT_HOME`` (``cluster.session.home``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from cluster.run.config import RunConfig
+from cluster.config.run_config import RunConfig
+from cluster.session.home import rollout_home
 from rollout.config.load import parse_override
-
-JOB_ROLLOUT_HOME = "~/rollout-farm/runs"
-"""Where runs go inside ``ray job submit`` when ``ROLLOUT_HOME`` is unset."""
-
-
-def in_ray_job() -> bool:
-    """True inside a driver started by ``ray job submit`` (Ray hands it the job's config in this variable)."""
-    return bool(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"))
-
-
-def rollout_home() -> Path:
-    home = os.environ.get("ROLLOUT_HOME") or (JOB_ROLLOUT_HOME if in_ray_job() else "runs")
-    return Path(home).expanduser().resolve()
 
 
 def resolve_run_dir(config: RunConfig, run_id: str, overrides: list[str] | tuple[str, ...] = ()) -> Path:

@@ -1,6 +1,6 @@
 """The in-flight rollouts of one process, one row each (what it does: step, last command, when it last made
 progress, where it runs), kept from each rollout's events: a Ray worker's ``RolloutWorker.live`` and the driver's
-in-process backends give the same rows, and ``cluster.run.live`` writes them into ``live.json``."""
+in-process backends give the same rows, and ``rollout.store.live`` writes them into ``live.json``."""
 
 from __future__ import annotations
 

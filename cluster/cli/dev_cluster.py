@@ -1,7 +1,7 @@
 """``rollout dev-cluster up|status|down``: a cluster of separate machines on this one, to try the farm across nodes
 on a laptop (root, ``unshare`` and ``dockerd`` needed).
 
-``up --nodes 2``: a Ray head that runs the driver only, and N sandbox machines (``cluster.dev.machines``), each a
+``up --nodes 2``: a Ray head that runs the driver only, and N sandbox machines (``cluster.session.machines``), each a
 Ray node with one CPU (``--cpus``), the resource ``sandbox``, its own docker daemon with an empty image store and
 its own view of the filesystem where the run home is hidden; it prints the address and the command to run the SWE
 demo across them. ``status``: the machines and whether each is alive. ``down``: every machine and the head killed,
@@ -63,8 +63,8 @@ def up(args: argparse.Namespace) -> int:
     if problem:
         print(f"dev-cluster: {problem}", file=sys.stderr)
         return 2
-    from cluster.dev.machines import Machine
-    from cluster.run.home import rollout_home
+    from cluster.session.home import rollout_home
+    from cluster.session.machines import Machine
 
     ROOT.mkdir(parents=True, exist_ok=True)
     head = _start_head(args.port)
@@ -100,7 +100,7 @@ def up(args: argparse.Namespace) -> int:
 def _start_head(port: int) -> dict:
     """``ray start --head`` (no CPUs: it hosts the driver, not rollouts) in a mount namespace of its own, so
     ``down`` finds every process it started."""
-    from cluster.dev.machines import mount_namespace
+    from cluster.session.machines import mount_namespace
 
     ray = str(Path(sys.executable).with_name("ray"))
     log = open(ROOT / "head.log", "w")
@@ -125,7 +125,7 @@ def status(args: argparse.Namespace) -> int:
     if not STATE.exists():
         print("no dev cluster is up")
         return 0
-    from cluster.dev.machines import Machine
+    from cluster.session.machines import Machine
 
     state = json.loads(STATE.read_text())
     print(f"head at {state['address']}")
@@ -140,7 +140,7 @@ def down(args: argparse.Namespace) -> int:
     if not STATE.exists():
         print("no dev cluster is up")
         return 0
-    from cluster.dev.machines import Machine, kill_until_gone, namespace_pids
+    from cluster.session.machines import Machine, kill_until_gone, namespace_pids
 
     state = json.loads(STATE.read_text())
     for entry in state["machines"]:

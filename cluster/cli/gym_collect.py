@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cluster.cli.parser import HelpParser
+from cluster.cli.parser import HelpParser, config_failure
 from cluster.gym.collect_files import CollectError, Ledger, Pair, check_stamp, read_rows, sidecar_and_stamp
 from cluster.gym.rows import RowError, legacy_task
 from rollout.errors import ConfigError
@@ -128,7 +128,9 @@ def main(argv: list[str]) -> int:
         farm, tasks, pairs, stamp, new = prepare(args)
         ledger = Ledger(args.output, stamp["run_id"])
     except (CollectError, ConfigError) as exc:
-        print(f"{'config error: ' if isinstance(exc, ConfigError) else ''}{exc}", file=sys.stderr)
+        if isinstance(exc, ConfigError):
+            return config_failure(exc)
+        print(exc, file=sys.stderr)
         return EXIT_BAD
     done = [p for p in pairs if p in ledger.rewards]
     terminal = {p for p in pairs if p not in ledger.rewards and ledger.terminal(p)}

@@ -7,13 +7,17 @@ implementation's own ``<Class>Config``; ``cluster.compose`` does that before any
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from cluster.gym.config import GymSection
+from cluster import names
+from cluster.config.gym_section import GymSection
 from cluster.serving.config import ServeSection
+from cluster.serving.kinds import app_for
+from cluster.session.home import in_ray_job
 from cluster.transfer.setup import ImagesSection
 from rollout.config.load import StrictModel
 from rollout.config.retype import LoadedConfig, apply_retypes
@@ -68,17 +72,6 @@ class OutputConfig(StrictModel):
     ``rollout.formats``); ``rollout export RUN --format atif`` writes them for a finished run."""
 
 
-class ScriptedServerSection(StrictModel):
-    """Serve the scripted model over HTTP for this run (the demo); sets ``model.base_url``."""
-
-    policy: str = "demo"
-    """Scripted policy served (short name or dotted path)."""
-    latency: float = Field(default=0.0, ge=0)
-    """Seconds each completion takes."""
-    faults: dict[str, Any] = Field(default_factory=dict)
-    """Injected faults (``cluster.serving.scripted_server.server.FaultsConfig``): 500s, 429s, hangs, context limits."""
-
-
 class FarmConfig(StrictModel):
     """Where rollouts execute: in this process (``local``) or on worker actors of a Ray cluster (``ray``)."""
 
@@ -108,6 +101,12 @@ class FarmConfig(StrictModel):
     """Ray custom resources a node must offer to host rollout workers, e.g. ``{sandbox: 1}`` on a cluster whose
     model nodes run no sandboxes (a node without them, the head included, gets no worker). Default: every node
     with CPUs."""
+
+    @property
+    def joins_cluster(self) -> bool:
+        """A ray backend on a cluster that other nodes may be part of (given, from the environment, or a job's):
+        what the run serves itself (a ``fake_server``) must answer on the node's address, not 127.0.0.1."""
+        return self.backend == "ray" and bool(self.address or os.environ.get("RAY_ADDRESS") or in_ray_job())
 
 
 class Profile(StrictModel):
@@ -140,7 +139,6 @@ class RunConfig(StrictModel):
     run: RunOptions = Field(default_factory=RunOptions)
     output: OutputConfig = Field(default_factory=OutputConfig)
     farm: FarmConfig = Field(default_factory=FarmConfig)
-    fake_server: ScriptedServerSection | None = None
     gym: GymSection | None = None
     """The NeMo-Gym-compatible agent server (``rollout gym serve``): address, episode limits."""
     images: ImagesSection = Field(default_factory=ImagesSection)
@@ -148,6 +146,24 @@ class RunConfig(StrictModel):
     serve: ServeSection | None = None
     """The model on Ray Serve for this run (``cluster.serving``): deployed when the run starts, its URL given to
     the model client, deleted when the run ends."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        """``fake_server: {policy, latency, faults}``, the old spelling of a scripted policy played in this process,
+        is read as ``serve: {app: scripted, in_process: true, ...}`` (run directories written with it resume).
+        Defined first, so that it runs last: after ``model.serve`` joined the top level."""
+        if isinstance(data, dict) and data.get("fake_server") is not None:
+            if data.get("serve") is not None:
+                raise ValueError("serve and fake_server both serve the run's model: keep one (serve: {app: scripted, "
+                                 "in_process: true} is what fake_server spells)")
+            old = data["fake_server"]
+            if not isinstance(old, dict):
+                raise ValueError("fake_server: a section (policy, latency, faults)")
+            data = {**data, "serve": {"app": "scripted", "in_process": True, **old}}
+        if isinstance(data, dict) and "fake_server" in data:
+            data = {key: value for key, value in data.items() if key != "fake_server"}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -173,11 +189,31 @@ class RunConfig(StrictModel):
                 print(note, file=sys.stderr, flush=True)
         return data
 
-    @model_validator(mode="after")
-    def _one_server(self) -> "RunConfig":
-        if self.fake_server is not None and self.serve is not None:
-            raise ValueError("serve and fake_server both serve the run's model: keep one")
-        return self
+    @property
+    def played_here(self) -> ServeSection | None:
+        """The scripted policy played on this process's event loop instead of deployed: ``serve.in_process``, or a
+        scripted app under ``farm.backend: local`` (a local run starts no Ray); None otherwise."""
+        serve = self.serve
+        if serve is None or app_for(serve).in_process(serve) is None:
+            return None
+        return serve if serve.in_process or self.farm.backend == "local" else None
+
+    @property
+    def deployed(self) -> ServeSection | None:
+        """The ``serve`` section deployed on Serve when the run starts; None without one, or when it is played here."""
+        return self.serve if self.played_here is None else None
+
+    @staticmethod
+    def upgrade(stored: dict[str, Any]) -> dict[str, Any]:
+        """A resolved config a run directory stored, as this version writes it (old spellings read as today's), for
+        a resumed run to compare with its own; as stored when it no longer validates (the comparison names what
+        changed)."""
+        try:
+            upgraded = RunConfig.model_validate(stored).model_dump(mode="json")
+        except (ValueError, ConfigError):
+            return stored
+        upgraded["dataset"]["path"] = stored.get("dataset", {}).get("path", upgraded["dataset"]["path"])
+        return upgraded
 
 
 def section_keys(path: tuple[str, ...], type_name: Any) -> set[str] | None:
@@ -186,7 +222,6 @@ def section_keys(path: tuple[str, ...], type_name: Any) -> set[str] | None:
     (validation names it) or the class has no config model."""
     if path[-1] not in COMPONENTS or len(path) not in (1, 3) or (len(path) == 3 and path[0] != "profiles"):
         return None
-    from cluster import names
 
     registry = {"model": names.MODELS, "agent": names.AGENTS, "environment": names.ENVIRONMENTS,
                 "runtime": names.RUNTIMES, "verifier": names.VERIFIERS}[path[-1]]

@@ -1,0 +1,138 @@
+"""Choosing and starting the backend a run's rollouts execute on (``farm.backend``), and what it is started with.
+
+``start_backend`` is the one place a backend starts; ``FarmAssembly.open`` is its one caller."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Awaitable, Callable, TextIO
+
+from cluster.backends.local import LocalBackend
+from cluster.backends.seam import Backend, WorkerSource
+from cluster.compose import Composer
+from cluster.config.run_config import RunConfig
+from cluster.placement.slots import Resources, parse_memory
+from cluster.transfer.setup import ImagesSection
+from cluster.workers.in_process import InProcessBackend
+from rollout.config.components import RunsContainers, TimesGrading
+from rollout.errors import ConfigError
+from rollout.records import Task
+
+DEADLINE_MARGIN = 300.0
+"""Seconds added to the agent's and the model's time limits and the grading timeout for the default host-side
+deadline (the environment's reset, e.g. a container start, counts against neither limit)."""
+
+
+@dataclass
+class BackendSettings:
+    """What a backend is started with, besides its source (a run's from its config: ``run_settings``; a trainer's
+    from ``RolloutFarm``'s options)."""
+
+    run_id: str
+    concurrency: int
+    """Rollouts in flight at once, over all nodes."""
+    resources: Resources | None = None
+    """What one rollout takes on a node (slots per node follow from it); None: nothing countable."""
+    deadline: float | None = None
+    """Host-side seconds per attempt; None: none."""
+    run_dir: str | None = None
+    engines: tuple[str, ...] = ()
+    """The container engines the rollouts use (their leftovers are reaped per node)."""
+    name: str = "rollout-worker"
+    """The worker actors' name prefix (the dashboard shows it)."""
+    worker: bool = False
+    """``local``: one ``RolloutWorker`` in process (a trainer's pause gate and policy version) instead of plain
+    asyncio tasks."""
+    announce: bool = False
+    """Print where the workers run and how many slots each node has."""
+    images: ImagesSection | None = None
+    """How images reach the nodes."""
+    image_of: Callable[[Task], str | None] | None = None
+    """A task's image name (image locality), when the rollouts run in containers."""
+
+
+def default_deadline(composer: Composer) -> float | None:
+    """The agent's ``time_limit`` + its model budget (``model_time_limit``, by default the same) + the verifier's
+    ``eval_timeout`` + a margin (max over profiles); None when an agent has no time limit (nothing bounds the
+    attempt, so no deadline is guessed)."""
+    worst = 0.0
+    for profile in composer.profiles.values():
+        limits = profile.limits
+        if limits.time_limit is None or limits.model_budget is None:
+            return None
+        verifier = profile.verifier.config if profile.verifier is not None else None
+        grading = verifier.eval_timeout if isinstance(verifier, TimesGrading) else 0.0
+        worst = max(worst, limits.time_limit + limits.model_budget + (grading or 0.0))
+    return worst + DEADLINE_MARGIN
+
+
+def rollout_resources(config: RunConfig, composer: Composer) -> Resources:
+    """What one rollout takes on a node: ``farm.cpus_per_rollout``/``memory_per_rollout``, else the largest
+    container runtime's ``cpus``/``memory`` (runtimes without containers take nothing countable)."""
+    cpus = config.farm.cpus_per_rollout
+    memory = parse_memory(config.farm.memory_per_rollout)
+    for profile in composer.profiles.values():
+        runtime = profile.runtime.config if profile.runtime is not None else None
+        if not isinstance(runtime, RunsContainers):
+            continue
+        if config.farm.cpus_per_rollout is None:
+            cpus = max(cpus or 0.0, float(runtime.cpus))
+        if config.farm.memory_per_rollout is None:
+            memory = max(memory or 0, parse_memory(runtime.memory) or 0) or None
+    return Resources(cpus=cpus, memory_bytes=memory, max_per_node=config.farm.max_per_node,
+                     workers_per_node=config.farm.workers_per_node, node_resources=dict(config.farm.node_resources))
+
+
+def ray_available() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ConfigError("the ray backend needs Ray: pip install 'rollout-farm[ray]' (or set farm.backend=local)",
+                          "farm.backend") from None
+
+
+async def start_backend(kind: str | None, source: WorkerSource, settings: BackendSettings, *,
+                        out: TextIO = sys.stderr) -> tuple[Backend, Callable[[], Awaitable[None]]]:
+    """``(backend, how to close it)``: ``local``: rollouts as asyncio tasks in this process, over ``source``'s
+    composer and one model (``settings.worker``: one ``RolloutWorker``, with the trainer's pause gate and policy
+    version); ``ray``: a worker actor per node of the connected cluster."""
+    if kind == "local" and settings.worker:
+        backend = InProcessBackend(source)
+        return backend, backend.close
+    if kind == "local":
+        local = LocalBackend(source.composer, source.build_model(), source.model_url)
+        return local, local.close
+    if kind != "ray":
+        raise ConfigError(f"must be 'ray' or 'local', got {kind!r}", "farm.backend")
+    from cluster.workers.ray_backend import RayBackend  # imports ray: the local backend runs without it
+
+    backend = RayBackend(source, run_id=settings.run_id, resources=settings.resources or Resources(),
+                         concurrency=settings.concurrency, deadline=settings.deadline, run_dir=settings.run_dir,
+                         engines=settings.engines, name=settings.name, images=settings.images,
+                         image_of=settings.image_of, out=out)
+    await backend.start()
+    if settings.announce:
+        limit = f"{settings.deadline:g}s" if settings.deadline else "none"
+        print(f"farm: {backend.describe()}; deadline per attempt: {limit}", file=out, flush=True)
+    return backend, backend.close
+
+
+def run_settings(config: RunConfig, composer: Composer, *, run_id: str, run_dir: str | None) -> BackendSettings:
+    """A run's (``rollout run``) backend settings, from its config."""
+    farm = config.farm
+    return BackendSettings(run_id=run_id, run_dir=run_dir, resources=rollout_resources(config, composer),
+                           concurrency=config.run.concurrency, engines=tuple(sorted(composer.container_engines())),
+                           deadline=farm.deadline if farm.deadline is not None else default_deadline(composer),
+                           announce=True, images=config.images, image_of=composer.image_of)
+
+
+def farm_settings(config: RunConfig, composer: Composer) -> dict[str, object]:
+    """``RolloutFarm`` keyword options from a run config's ``farm`` and ``run`` sections."""
+    return dict(
+        backend=config.farm.backend, address=config.farm.address, num_cpus=config.farm.num_cpus,
+        resources=rollout_resources(config, composer), concurrency=config.run.concurrency,
+        max_attempts=config.run.max_attempts, seed=config.run.seed,
+        deadline_per_attempt=config.farm.deadline or default_deadline(composer),
+        engines=sorted(composer.container_engines()), name=config.run_id or "farm", images=config.images,
+    )

@@ -1,0 +1,63 @@
+"""``rollout gym serve CONFIG [key=value ...]``: the NeMo-Gym-compatible agent server over a run config's farm
+(``cluster.gym.server``), in this process or as a Ray Serve application; prints its URL, serves until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from cluster.cli.parser import HelpParser, config_failure
+from cluster.gym.server import build, deploy, open_model, prepared
+from envs.resources.serving import BackgroundServer
+from rollout.config.load import load_config
+from rollout.errors import ConfigError
+
+
+def serve_main(argv: list[str]) -> int:
+    parser = HelpParser(prog="rollout gym serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("items", nargs="+", metavar="CONFIG|key=value")
+    parser.add_argument("--host", default=None, help="interface (default gym.host: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="port (default gym.port: 8000)")
+    parser.add_argument("--serve", action="store_true", help="run as a Ray Serve application (gym.serve)")
+    parser.add_argument("--address", default=None, help="Ray cluster to join (default $RAY_ADDRESS, else embedded)")
+    args = parser.parse_args(argv)
+    try:
+        raw = load_config([i for i in args.items if "=" not in i], [i for i in args.items if "=" in i])
+        gym = dict(raw.get("gym") or {})
+        gym.update({k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
+        if args.serve:
+            gym["serve"] = True
+        raw["gym"] = gym
+        if args.address:
+            raw.setdefault("farm", {})["address"] = args.address
+        _, settings = prepared(raw)
+    except ConfigError as exc:
+        return config_failure(exc)
+    stop = threading.Event()
+    if settings.serve:
+        assembly = open_model(raw, args.address)
+        url = deploy(assembly, raw, settings)
+        print(url, flush=True)
+        _wait(stop)
+        assembly.stop_ingress()
+        assembly.stop_model()
+        return 0
+    farm, app = build(raw)
+    server = BackgroundServer(app, settings.host, settings.port).start()
+    print(server.url, flush=True)
+    try:
+        _wait(stop)
+    finally:
+        server.stop()
+        farm.close()
+    return 0
+
+
+def _wait(stop: threading.Event) -> None:
+    # Our own handlers: Ray's driver replaces Python's SIGINT handler, so Ctrl-C would not raise here.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    print("serving until interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+    while not stop.wait(3600):
+        pass
