@@ -19,8 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from agents.external_agent import CallSteps, calls_to_steps
 from rollout.context import message_text
+from rollout.wire.gateway_calls import CallSteps, calls_to_steps
 
 PACKED = {"prompt_token_ids": "i", "completion_token_ids": "i", "logprobs": "d"}
 """The call fields kept as arrays, and their type codes."""

@@ -33,11 +33,11 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import Field
 from starlette.responses import Response
 
-from agents.external_agent import CallSteps, calls_to_steps
 from cluster.gym.call_store import CallStore
 from cluster.gym.gateway_replies import as_events, decode_reply, error_message, error_reply, json_reply
 from rollout.config.load import StrictModel
 from rollout.wire.chat import SESSION_HEADER, parse_response, snippet
+from rollout.wire.gateway_calls import CallSteps, calls_to_steps
 
 __all__ = ["Gateway", "GatewayConfig", "gateway_router", "gateway_app", "CallStore", "calls_to_steps", "CallSteps"]
 

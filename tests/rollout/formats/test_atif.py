@@ -13,7 +13,6 @@ import json
 import pytest
 
 from agents.demo.tools import demo_tools
-from agents.external_agent import calls_to_steps
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
 from agents.text_agent import TextActionAgent, TextActionAgentConfig
 from agents.tool_agent import ToolCallingAgent, ToolCallingAgentConfig
@@ -29,6 +28,7 @@ from rollout.models.scripted import ScriptedModel, fake_response, to_message
 from rollout.records import RequestMeta, RolloutResult, Task, Trajectory, Usage
 from rollout.runner import run_rollout
 from rollout.store.run_dir import RunStore
+from rollout.wire.gateway_calls import calls_to_steps
 
 AGENT = AtifAgent(name="test-agent", version="0", model_name="scripted")
 
