@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import Field
 
-from envs.runtimes.output import elide
+from envs.runtimes.output import elide, output_limit
 from rollout.config.load import StrictModel, coerce
 from rollout.errors import EnvironmentFailure
-from rollout.protocols import EnvReset, ExecResult, Runtime
+from rollout.protocols import EnvReset, ExecResult, HasWorkdir, Runtime
 from rollout.records import Action, Observation, Task
 
 _TAIL = 2000
@@ -75,7 +75,7 @@ class ShellEnvironment:
             if result.returncode != 0 or result.timed_out:
                 why = "timed out" if result.timed_out else f"exited with {result.returncode}"
                 raise EnvironmentFailure(f"setup command {command!r} {why}: {result.output[-_TAIL:]}")
-        cwd = self.config.cwd or getattr(self.runtime, "workdir", None) or "."
+        cwd = self.config.cwd or (self.runtime.workdir if isinstance(self.runtime, HasWorkdir) else None) or "."
         return EnvReset(info={"cwd": cwd, "runtime": type(self.runtime).__name__})
 
     async def step(self, actions: list[Action]) -> list[Observation]:
@@ -101,7 +101,7 @@ class ShellEnvironment:
                 info={"error": "invalid_arguments"},
             )
         result = await self._exec(command, self.config.command_timeout)
-        content, elided, limit = result.output, 0, self._output_limit()
+        content, elided, limit = result.output, 0, output_limit(self.runtime)
         if result.truncated:
             content, elided = elide(content, self.config.truncated_keep_chars)
             cut_at = f"{limit:,} bytes" if limit else "the runtime's output limit"
@@ -123,11 +123,6 @@ class ShellEnvironment:
                 "command": command,
             },
         )
-
-    def _output_limit(self) -> int | None:
-        """The runtime's output cap in bytes, when its config says (every runtime here has one)."""
-        limit = getattr(getattr(self.runtime, "config", None), "max_output_bytes", None)
-        return limit if isinstance(limit, int) else None
 
     async def _exec(self, command: str, timeout: float) -> ExecResult:
         return await self.runtime.exec(command, timeout=timeout, cwd=self.config.cwd, env=self.config.env or None)

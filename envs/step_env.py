@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Protocol, runtime_checkable
 
 from rollout.config.load import StrictModel
 from rollout.errors import EnvironmentFailure
@@ -19,19 +19,36 @@ from rollout.registry import Registry
 GAMES = Registry("step environment", {"guess_number": "envs.games:GuessNumber"})
 
 
+class StepEnv(Protocol):
+    """What the adapter drives: ``reset() -> first observation`` and ``step(action) -> (obs, reward, done, info)``,
+    each plain or awaitable."""
+
+    def reset(self) -> Any: ...
+
+    def step(self, action: str) -> Any: ...
+
+
+@runtime_checkable
+class ClosesItself(Protocol):
+    """An optional ability of a ``StepEnv``: ``close()`` (plain or awaitable), called when the episode's
+    environment closes."""
+
+    def close(self) -> Any: ...
+
+
 class StepEnvironmentAdapterConfig(StrictModel):
     type: str = "step"
     env: str
-    """Short name or dotted path of a class/factory ``(task) -> object with reset() and step(action)``."""
+    """Short name or dotted path of a class/factory ``(task) -> StepEnv``."""
     action_format: Literal["name_args", "json", "raw"] = "name_args"
     """What ``step`` receives: ``"guess 5"``, ``'{"tool": "guess", "parameters": {...}}'``, or the raw text."""
 
 
 class StepEnvironmentAdapter:
-    def __init__(self, factory: Callable[[Task], Any], action_format: str = "name_args"):
+    def __init__(self, factory: Callable[[Task], StepEnv], action_format: str = "name_args"):
         self.factory = factory
         self.action_format = action_format
-        self.env: Any = None
+        self.env: StepEnv | None = None
         self.done = False
 
     @classmethod
@@ -68,9 +85,8 @@ class StepEnvironmentAdapter:
         return " ".join([action.name, *(str(v) for v in action.arguments.values())])
 
     async def close(self) -> None:
-        close = getattr(self.env, "close", None)
-        if close is not None:
-            await _maybe_await(close())
+        if isinstance(self.env, ClosesItself):
+            await _maybe_await(self.env.close())
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -2,9 +2,9 @@
 agents implement. Implementations never inherit from them; they only match the shape.
 
 Beside them, what a part may offer beyond its seam, declared here and never probed by name: optional abilities as
-Protocols (``HasRuntime``, ``EndsSessions``, ``HoldsConnections``, ``HasLimits``, ``Staged``), asked with
-``isinstance``; and capability flags as class attributes with their defaults (``AgentCapabilities``,
-``EnvironmentCapabilities``), read through ``declared``."""
+Protocols (``HasRuntime``, ``EndsSessions``, ``HoldsConnections``, ``HasLimits``, ``Staged``, ``HoldsSolution``; a
+runtime's ``HasWorkdir`` and ``HasConfig``), asked with ``isinstance``; and capability flags as class attributes with
+their defaults (``AgentCapabilities``, ``EnvironmentCapabilities``), read through ``declared``."""
 
 from __future__ import annotations
 
@@ -98,6 +98,24 @@ class Runtime(Protocol):
         ...
 
 
+@runtime_checkable
+class HasWorkdir(Protocol):
+    """An optional ability of a runtime: where its commands run when no ``cwd`` is given (a relative ``cwd`` is
+    relative to it); None while the runtime cannot say yet (a workspace made at ``start``)."""
+
+    @property
+    def workdir(self) -> str | None: ...
+
+
+@runtime_checkable
+class HasConfig(Protocol):
+    """An optional ability of a runtime: the section of the run's config it was built from, so that what
+    ``rollout.config.components`` asks of a section (``RunsImages``, ``CapsOutput``) is asked of a runtime's."""
+
+    @property
+    def config(self) -> Any: ...
+
+
 class EnvReset(Record):
     """What an environment offers at the start: extra opening messages and tool schemas."""
 
@@ -141,6 +159,17 @@ class Staged(Protocol):
     async def next_stage(self) -> Task | None:
         """Grade the stage just done; the next stage's task (its instruction as the prompt), or None: no stage is
         left, or this one's gate was not met."""
+        ...
+
+
+@runtime_checkable
+class HoldsSolution(Protocol):
+    """An optional ability of an environment: the task's reference solution (a Harbor task's ``solution/``), run in
+    the environment for an agent that checks the task rather than solves it (the oracle agent)."""
+
+    async def run_reference_solution(self, timeout: float | None = None) -> ExecResult:
+        """Run the solution where the agent's commands run (``timeout`` seconds; none: the task's own limit); its
+        output and exit code. Raises ``EnvironmentFailure`` when the task has no solution."""
         ...
 
 

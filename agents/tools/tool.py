@@ -93,7 +93,9 @@ class Tool:
     loop cannot be interrupted); a thread that overruns is abandoned, not killed.
     """
 
-    definition: ToolDefinition
+    definition: ToolDefinition | None = None
+    """What the model is told about the tool: a class attribute of the subclass, or the constructor's argument (a
+    tool made without one is refused)."""
     run_in_thread: bool = False
     timeout: float | None = None
 
@@ -110,7 +112,7 @@ class Tool:
             self.run_in_thread = run_in_thread
         if timeout is not None:
             self.timeout = timeout
-        if not isinstance(getattr(self, "definition", None), ToolDefinition):
+        if not isinstance(self.definition, ToolDefinition):
             raise TypeError(f"{type(self).__name__} needs a ToolDefinition")
 
     @property

@@ -21,7 +21,8 @@ from envs.harbor.archive import task_files
 from envs.harbor.dataset import config_of
 from envs.harbor.images import ensure_task_image, image_workdir
 from envs.harbor.steps import Stages
-from envs.harbor.task_config import Healthcheck, Phase, TaskConfig
+from envs.harbor.task_config import Healthcheck, Phase, Step, TaskConfig
+from envs.runtimes.docker.files import EngineContainer
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
 from rollout.config.load import StrictModel
 from rollout.errors import ConfigError, EnvironmentFailure, VerifierError
@@ -66,6 +67,8 @@ class HarborEnvironment(Stages):
         self.config = config or HarborEnvironmentConfig()
         self.builder = runtime_builder
         self.shell: ShellEnvironment | None = None
+        self.container: EngineContainer | None = None
+        """The agent's container, which ``shell`` runs the agent's commands in."""
         self.task: Task | None = None
         self.task_config: TaskConfig | None = None
         self.files: Any = None
@@ -81,14 +84,14 @@ class HarborEnvironment(Stages):
         return cls(config, runtime_builder=runtime_builder)
 
     @property
-    def runtime(self) -> Runtime:
-        return self.shell.runtime
+    def runtime(self) -> EngineContainer:
+        return self.container
 
     @property
     def runtime_env(self) -> dict[str, str]:
         return dict(self.config.env)
 
-    def runtime_for(self, phase: Phase, where: str) -> Runtime:
+    def runtime_for(self, phase: Phase, where: str) -> EngineContainer:
         """A new, unstarted container of the task's image for ``phase`` (the agent's, or a separate verifier's)."""
         cfg = self.task_config
         overrides: dict[str, Any] = {"image": self.image, "workdir": self.workdir, "env": dict(cfg.env),
@@ -101,7 +104,7 @@ class HarborEnvironment(Stages):
         if cfg.storage_mb:
             overrides["disk"] = f"{cfg.storage_mb}m"
         runtime = self.builder(**overrides)
-        if not hasattr(runtime, "engine_call"):
+        if not isinstance(runtime, EngineContainer):
             raise EnvironmentFailure(f"Harbor tasks run in containers: runtime {type(runtime).__name__} cannot run "
                                      "the task's image (use runtime.type docker or podman)", retryable=False)
         return runtime
@@ -119,6 +122,7 @@ class HarborEnvironment(Stages):
             runtime = self.runtime_for(cfg.agent, f"task {task.task_id}")
         except ConfigError as exc:
             raise EnvironmentFailure(exc.message, retryable=False) from None
+        self.container = runtime
         self.shell = ShellEnvironment(runtime, ShellEnvironmentConfig(command_timeout=self.config.command_timeout,
                                                                       env=self.config.env))
         reset = await self.shell.reset(task)
@@ -153,7 +157,7 @@ class HarborEnvironment(Stages):
         if self.shell is not None:
             await self.shell.close()
 
-    # ---- the oracle agent's way in ---------------------------------------------------------------
+    # ---- the oracle agent's way in (rollout.protocols.HoldsSolution) -----------------------------
 
     async def run_reference_solution(self, timeout: float | None = None) -> ExecResult:
         """The task's ``solution/`` (a step's own when it has one) copied to ``/solution`` and ``solve.sh`` run as
@@ -167,7 +171,7 @@ class HarborEnvironment(Stages):
         await runtime.exec("rm -rf /solution && mkdir -p /solution", timeout=60, cwd="/", user=grading.ROOT,
                            shell=grading.SHELL)
         await runtime.engine_call(grading.put_tree, "/solution", grading.merged_tests(files, {}, set(files)))
-        phase = self._phase("agent")
+        phase = self._current.agent
         return await runtime.exec("bash /solution/solve.sh", timeout=timeout or phase.timeout_sec or 1800,
                                   env=self.task_config.solution_env or None)
 
@@ -178,14 +182,17 @@ class HarborEnvironment(Stages):
         steps = self.task_config.steps if self.task_config else []
         return steps[self.stage].name if steps else None
 
-    def _phase(self, which: str) -> Phase:
+    @property
+    def _current(self) -> Step | TaskConfig:
+        """The step the agent is on, or the task itself when it has no steps: either holds an ``agent`` and a
+        ``verifier`` phase."""
         cfg = self.task_config
-        return getattr(cfg.steps[self.stage] if cfg.steps else cfg, which)
+        return cfg.steps[self.stage] if cfg.steps else cfg
 
     async def grade_step(self, timeout: float | None = None) -> dict[str, Any]:
         """Run the current step's tests under the reward contract (``envs.harbor.grading``); its record:
         ``rewards``, ``reward_file``, ``output`` (the test script's, tail), ``seconds``, ``mode``."""
-        phase = self._phase("verifier")
+        phase = self._current.verifier
         step = self.step_name
         own = f"steps/{step}/tests" if step else None
         tests = grading.merged_tests(self.files.under("tests"), self.files.under(own) if own else {},

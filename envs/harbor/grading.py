@@ -22,9 +22,8 @@ import math
 import posixpath
 import shlex
 import tarfile
-from typing import Any
 
-from envs.runtimes.docker.files import get_tree, put_tree
+from envs.runtimes.docker.files import EngineContainer, get_tree, put_tree
 from rollout.errors import VerifierError
 
 ROOT = "0"
@@ -52,21 +51,21 @@ MAX_WORKSPACE_BYTES = 1 << 30
 """The largest working directory copied into a separate verifier container."""
 
 
-async def own_processes(runtime: Any) -> str:
+async def own_processes(runtime: EngineContainer) -> str:
     """The container's processes right after its start (its init and main command), as ``"1 7 8"``; the shell
     that lists them is gone by the time anyone reads the list."""
     out = await runtime.exec(LIST_PROCESSES, timeout=30, cwd="/", user=ROOT, shell=SHELL)
     return out.output.strip()
 
 
-async def kill_leftovers(runtime: Any, keep: str) -> None:
+async def kill_leftovers(runtime: EngineContainer, keep: str) -> None:
     out = await runtime.exec(f"sh -c {shlex.quote(KILL_LEFTOVERS)} rollout-kill {shlex.quote(keep)}", timeout=60,
                              cwd="/", user=ROOT, shell=SHELL)
     if out.returncode != 0:
         raise VerifierError(f"could not stop the agent's processes before the tests: {out.output[-500:]}")
 
 
-async def fresh_dirs(runtime: Any) -> None:
+async def fresh_dirs(runtime: EngineContainer) -> None:
     """``/logs/verifier`` and ``/tests`` removed (a symbolic link is removed, never followed) and made again."""
     out = await runtime.exec("rm -rf /logs/verifier /tests && mkdir -p /logs/verifier /tests && "
                              "chmod 0777 /logs/verifier && chmod 0755 /tests", timeout=120, cwd="/", user=ROOT,
@@ -75,11 +74,11 @@ async def fresh_dirs(runtime: Any) -> None:
         raise VerifierError(f"could not prepare /logs/verifier and /tests: {out.output[-500:]}")
 
 
-async def copy_tests(runtime: Any, archive: bytes) -> None:
+async def copy_tests(runtime: EngineContainer, archive: bytes) -> None:
     await runtime.engine_call(put_tree, "/tests", archive)
 
 
-async def run_test_script(runtime: Any, *, user: str | None, env: dict[str, str], timeout: float,
+async def run_test_script(runtime: EngineContainer, *, user: str | None, env: dict[str, str], timeout: float,
                           workdir: str) -> tuple[str, bool]:
     """(the test script's output, whether it timed out). Its exit code says nothing (Harbor ignores it)."""
     command = "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; exit ${PIPESTATUS[0]}"
@@ -87,7 +86,7 @@ async def run_test_script(runtime: Any, *, user: str | None, env: dict[str, str]
     return out.output, out.timed_out
 
 
-async def read_rewards(runtime: Any) -> tuple[dict[str, float], str]:
+async def read_rewards(runtime: EngineContainer) -> tuple[dict[str, float], str]:
     """(the rewards, which file they came from). ``reward.json`` wins over ``reward.txt`` (Harbor 0.25's order)."""
     for name in ("reward.json", "reward.txt"):
         try:
@@ -125,7 +124,7 @@ def parse_reward(name: str, data: bytes) -> dict[str, float]:
     return {str(k): float(v) for k, v in rewards.items()}
 
 
-async def copy_workspace(source: Any, target: Any, workdir: str) -> int:
+async def copy_workspace(source: EngineContainer, target: EngineContainer, workdir: str) -> int:
     """The agent's working directory copied by the engine into a fresh container (its bytes)."""
     if posixpath.normpath(workdir) == "/":
         raise VerifierError("environment_mode 'separate' copies the agent's working directory, and the task's "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from envs.harbor import grading
+from envs.runtimes.docker.files import EngineContainer
 from rollout.errors import EnvironmentFailure
 from rollout.records import Task
 
@@ -34,7 +35,7 @@ class Stages:
     workdir: str
     stage: int
     stage_rewards: list[dict[str, Any]]
-    runtime: Any
+    runtime: EngineContainer
 
     async def next_stage(self) -> Task | None:
         """Grade the step just done; the next step's task, or None (the last step: the verifier grades it; or

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from envs.harbor.env import HarborEnvironment
 from rollout.config.load import StrictModel, coerce
 from rollout.errors import VerifierError
 from rollout.records import Reward, RolloutResult, Task
@@ -38,7 +39,7 @@ class HarborVerifier:
 
     async def verify(self, task: Task, result: RolloutResult) -> Reward:
         env = self.env
-        if not hasattr(env, "grade_step") or getattr(env, "task_config", None) is None:
+        if not isinstance(env, HarborEnvironment) or env.task_config is None:
             raise VerifierError("the harbor verifier grades a harbor environment's container (environment.type "
                                 "harbor)", retryable=False)
         records = list(env.stage_rewards)

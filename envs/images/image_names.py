@@ -8,6 +8,8 @@ import json
 import re
 from typing import Any, Mapping
 
+from rollout.records import Task
+
 DEFAULT_BASE_IMAGE = "rollout-farm/base:bookworm"
 INSTANCE_REPOSITORY = "rollout-farm/instance"
 # Bump when the per-instance Dockerfile changes, so images built by an older recipe are rebuilt.
@@ -118,12 +120,10 @@ def is_instance_tag(image: str) -> bool:
     return image.startswith(INSTANCE_REPOSITORY + ":")
 
 
-def _fields(row: Any) -> Mapping[str, Any]:
+def _fields(row: Mapping[str, Any] | Task) -> Mapping[str, Any]:
     """A dict row as is; a ``Task`` as its data plus its id (flat SWE rows keep instance_id in data)."""
     if isinstance(row, Mapping):
         return row
-    data = dict(getattr(row, "data", None) or {})
-    task_id = getattr(row, "task_id", None)
-    if task_id is not None:
-        data.setdefault("task_id", task_id)
+    data = dict(row.data)
+    data.setdefault("task_id", row.task_id)
     return data

@@ -8,6 +8,7 @@ import inspect
 import time
 from typing import Any, Callable
 
+from envs.runtimes.output import output_limit
 from rollout.errors import RuntimeFailure
 from rollout.protocols import ExecResult, Runtime
 
@@ -26,7 +27,8 @@ async def check_runtime(
 
     ``executes=False`` is for runtimes that only pretend (NullRuntime): the checks that need a real
     shell (exit codes, timeout, cap, cwd, env, file visibility to commands) are skipped.
-    ``output_cap`` is the runtime's output limit in bytes; by default ``runtime.config.max_output_bytes``.
+    ``output_cap`` is the runtime's output limit in bytes; by default the one its section declares
+    (``runtime.config.max_output_bytes``: ``HasConfig`` and ``CapsOutput``).
     ``timeout_budget`` bounds how long a timed-out ``sleep 30`` (timeout 1 s) may take to come back.
     """
     runtime = runtime_factory()
@@ -70,8 +72,8 @@ async def _check_commands(runtime: Any, output_cap: int | None, timeout_budget: 
     result = await runtime.exec("echo still here")
     _require(result.output == "still here\n", f"runtime unusable after a timeout: {result!r}")
 
-    cap = output_cap if output_cap is not None else getattr(getattr(runtime, "config", None), "max_output_bytes", None)
-    _require(cap is not None, "output_cap not given and runtime.config.max_output_bytes not found")
+    cap = output_cap if output_cap is not None else output_limit(runtime)
+    _require(cap is not None, "output_cap not given and the runtime declares no max_output_bytes (CapsOutput)")
     result = await runtime.exec("yes", timeout=timeout_budget * 3)
     _require(result.truncated, f"'yes' output not marked truncated (cap {cap} bytes)")
     _require(not result.timed_out, "'yes' ran until its timeout instead of stopping at the output cap")

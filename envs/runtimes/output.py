@@ -1,6 +1,10 @@
-"""Command output helpers shared by runtimes: a byte buffer with a hard cap, forgiving decoding, elision."""
+"""Command output helpers shared by runtimes: a byte buffer with a hard cap, forgiving decoding, elision, and a
+runtime's declared cap."""
 
 from __future__ import annotations
+
+from rollout.config.components import CapsOutput
+from rollout.protocols import HasConfig
 
 
 class CappedOutput:
@@ -46,3 +50,11 @@ def elide(text: str, keep: int) -> tuple[str, int]:
     gone = len(text) - 2 * half
     tail = text[len(text) - half:] if half else ""
     return f"{text[:half]}\n... {gone:,} characters elided ...\n{tail}", gone
+
+
+def output_limit(runtime: object) -> int | None:
+    """The most bytes of a command's output ``runtime`` keeps: its section's ``max_output_bytes`` (``CapsOutput``),
+    or None when it declares no cap (no section, or one without it: the null runtime)."""
+    if isinstance(runtime, HasConfig) and isinstance(runtime.config, CapsOutput):
+        return runtime.config.max_output_bytes
+    return None

@@ -11,11 +11,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from envs.runtimes.host_files import HostWorkspace
 from envs.runtimes.output import decode
 from envs.runtimes.past_repo import NO_COMMIT, fresh_repo_script, past_pack
 from rollout.data.carried import local_path, parse_ref
 from rollout.errors import ContainerStartError
-from rollout.protocols import ExecResult, Runtime
+from rollout.protocols import ExecResult, HasConfig, HasWorkdir, Runtime
 
 GIT_USER = ("rollout-farm agent", "agent@rollout-farm.invalid")
 """The identity commits get in a prepared repository, unless the runtime's git config names one."""
@@ -28,9 +29,10 @@ class PreparedRepoRuntime:
     (``envs.runtimes.past_repo``), copied into the new repository, so no object, ref, tag, note, stash or reflog
     past the base ever enters the runtime, and no file is shared with the source (no hard links).
 
-    Every other Runtime method, ``workdir`` and any other attribute (``config``, ``workspace``...) are the
-    inner runtime's. ``copy_in``: send the pack into the runtime (containers) rather than copy it from its
-    host path; none: use the host path only when the runtime's workdir is a host directory (a local workspace).
+    Every other Runtime method is the inner runtime's, and so are what it declares beside them: ``workdir``
+    (``HasWorkdir``) and ``config`` (``HasConfig``: its image, its output cap), None where it declares none.
+    ``copy_in``: send the pack into the runtime (containers) rather than copy it from its host path; none: use the
+    host path only when the runtime's workdir is a host directory (a local workspace, ``HostWorkspace``).
     A missing ``repo_path`` or ``base_commit`` is a non-retryable ``ContainerStartError``."""
 
     def __init__(self, inner: Runtime, repo_path: str, base_commit: str, repo_dir: str = "testbed", *,
@@ -44,13 +46,14 @@ class PreparedRepoRuntime:
         self.prepared = False
 
     @property
-    def workdir(self) -> Any:
-        return getattr(self.inner, "workdir", None)
+    def workdir(self) -> str | None:
+        """The inner runtime's (``HasWorkdir``), or None."""
+        return self.inner.workdir if isinstance(self.inner, HasWorkdir) else None
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name == "inner":  # no recursion while half-built (copy, pickle)
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    @property
+    def config(self) -> Any:
+        """The inner runtime's section (``HasConfig``), or None."""
+        return self.inner.config if isinstance(self.inner, HasConfig) else None
 
     async def start(self) -> None:
         await self.inner.start()
@@ -96,7 +99,7 @@ class PreparedRepoRuntime:
         if self.copy_in is not None:
             return self.copy_in
         # A local workspace is a host directory: the host path is visible there, and cloning it is cheapest.
-        workspace = getattr(self.inner, "workspace", None)
+        workspace = self.inner.workspace if isinstance(self.inner, HostWorkspace) else None
         return not (isinstance(workspace, str) and self.workdir == workspace and os.path.isdir(workspace))
 
 

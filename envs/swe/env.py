@@ -23,9 +23,10 @@ from envs.runtimes.prepared import GIT_USER, PreparedRepoRuntime
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
 from envs.swe.diffs import diff_paths
 from envs.swe.rows.shapes import agent_base, check_shape, ref_problem, required_fields, start_ref
+from rollout.config.components import RunsImages
 from rollout.config.load import StrictModel
 from rollout.errors import ContainerStartError
-from rollout.protocols import EnvReset, Runtime
+from rollout.protocols import EnvReset, HasConfig, Runtime
 from rollout.records import Action, Observation, Task
 
 RuntimeBuilder = Callable[..., Runtime]
@@ -130,7 +131,7 @@ class SweEnvironment:
     def __init__(self, config: SweEnvironmentConfig | None = None, *, runtime_builder: RuntimeBuilder):
         self.config = config or SweEnvironmentConfig()
         self.builder = runtime_builder
-        self.images = hasattr(getattr(runtime_builder(), "config", None), "image")
+        self.images = _runs_images(runtime_builder())
         """Whether the runtime runs images (the repo is in the instance image) or is a bare workspace."""
         self.shell: ShellEnvironment | None = None
         self.task: Task | None = None
@@ -221,5 +222,10 @@ def _ident(task: Task) -> str:
     return str(task.data.get("instance_id") or task.task_id)
 
 
+def _runs_images(runtime: Runtime) -> bool:
+    """Whether ``runtime``'s section runs images (``HasConfig`` and ``RunsImages``)."""
+    return isinstance(runtime, HasConfig) and isinstance(runtime.config, RunsImages)
+
+
 def _image_of(runtime: Runtime) -> str | None:
-    return getattr(getattr(runtime, "config", None), "image", None)
+    return runtime.config.image if _runs_images(runtime) else None

@@ -1,8 +1,9 @@
 """What a component named by a config section declares for the one who builds it (``cluster.compose``), so that the
 composer asks declared questions and never probes by name: how the component is built from its section
-(``FromConfig``), what its section holds (``EndpointModelConfig``, ``RunsImages``, ``RunsContainers``), and what its
-class offers before any instance exists (``ChecksRows``, ``PicksImages``). Each is asked with ``isinstance`` (of a
-section) or ``issubclass`` (of a class); a component that matches none is built and run all the same."""
+(``FromConfig``), what its section holds (``EndpointModelConfig``, ``RunsImages``, ``CapsOutput``, ``RunsContainers``),
+and what its class offers before any instance exists (``ChecksRows``, ``PicksImages``). Each is asked with
+``isinstance`` (of a section) or ``issubclass`` (of a class); a component that matches none is built and run all the
+same."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ class RunsImages(Protocol):
     environment picks one per task (``PicksImages``; the composer then passes ``image=``)."""
 
     image: str
+
+
+@runtime_checkable
+class CapsOutput(Protocol):
+    """A runtime section whose runtimes keep at most ``max_output_bytes`` of a command's output (local, docker, podman,
+    apptainer): past it the command is stopped and its result ``truncated``. Asked of a runtime's section
+    (``rollout.protocols.HasConfig``) by an environment that says where an output was cut."""
+
+    max_output_bytes: int
 
 
 @runtime_checkable

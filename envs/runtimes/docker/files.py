@@ -1,4 +1,5 @@
-"""File copy in and out of a running container through the engine API (a tar archive built in memory)."""
+"""File copy in and out of a running container through the engine API (a tar archive built in memory), and
+``EngineContainer``: what a runtime offers those who copy trees through it (Harbor's tasks)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,32 @@ import io
 import posixpath
 import tarfile
 import time
-from typing import Any
+from typing import Any, Callable, Protocol, runtime_checkable
 
+from envs.runtimes.docker.config import DockerRuntimeConfig
 from envs.runtimes.docker.engines import status
+from rollout.protocols import ExecResult, Runtime
+
+
+@runtime_checkable
+class EngineContainer(Runtime, Protocol):
+    """A runtime whose commands run in a container of an engine's API (``DockerRuntime``, docker or podman): calls
+    on its container through the engine (``get_tree``, ``put_tree``), commands as a given user through a given
+    shell, and its section, which a task may change between its steps (``user``)."""
+
+    config: DockerRuntimeConfig
+
+    async def exec(
+        self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: bytes | None = None, user: str | None = None, shell: list[str] | None = None,
+    ) -> ExecResult:
+        """As ``Runtime.exec``; ``user``: who runs it (none: the section's); ``shell``: the argv it is appended to
+        (none: the section's)."""
+        ...
+
+    async def engine_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(api, container_id, *args)`` off the event loop, engine errors as ``RuntimeFailure``."""
+        ...
 
 
 def put_file(api: Any, container: str, target: str, data: bytes) -> None:
