@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
+from agents.reference_agents import OracleAgent
 from agents.swe_agent import MiniSweAgent
+from envs.runtimes.local import LocalRuntime
 from envs.runtimes.null import NullRuntime
+from envs.runtimes.output import output_limit
 from envs.shell_env import ShellEnvironment
 from rollout.errors import ExitReason, RuntimeFailure
 from rollout.models.scripted import ScriptedModel
-from rollout.protocols import AgentCapabilities, EndsSessions, EnvironmentCapabilities, Staged, declared
+from rollout.protocols import AgentCapabilities, EndsSessions, EnvironmentCapabilities, HoldsSolution, Staged, declared
 from rollout.records import RequestMeta, Task
 from rollout.runner import run_rollout
 
@@ -85,3 +88,30 @@ def test_capability_flags_are_the_declaring_class_s_and_the_defaults_otherwise()
     assert not declared(Plain, EnvironmentCapabilities).closes_sessions
     assert declared(MiniSweAgent, AgentCapabilities).speaks_responses_api is False
     assert declared(object(), AgentCapabilities).speaks_responses_api is True
+
+
+class WithSolution(ShellEnvironment):
+    """A shell whose task ships a reference solution (as a Harbor task's solve.sh)."""
+
+    def __init__(self):
+        super().__init__(NullRuntime({"echo": True}))
+
+    async def run_reference_solution(self, timeout):
+        return await self.runtime.exec("echo solved", timeout=timeout)
+
+
+def test_the_oracle_runs_a_declared_reference_solution_and_names_an_environment_without_one():
+    meta = RequestMeta(rollout_id="t#0", task_id="t")
+    task = Task(task_id="t", prompt="go")
+    assert isinstance(WithSolution(), HoldsSolution)
+    assert not isinstance(ShellEnvironment(NullRuntime({"echo": True})), HoldsSolution)
+    solved = asyncio.run(run_rollout(task, OracleAgent(), ScriptedModel([]), WithSolution(), meta=meta))
+    assert solved.exit_reason == ExitReason.NATURAL_COMPLETION and "solve.sh exited with 0" in solved.trajectory.exit_message
+    refused = asyncio.run(run_rollout(task, OracleAgent(), ScriptedModel([]), ShellEnvironment(NullRuntime({})),
+                                      meta=meta))
+    assert refused.status == "infra_failed" and "has none (use environment.type harbor)" in refused.error.message
+
+
+def test_a_runtime_declares_its_output_cap_or_has_none():
+    assert output_limit(NullRuntime({})) is None  # no section with a cap: nothing to cut at
+    assert output_limit(LocalRuntime({"max_output_bytes": 4096, "allow_host_exec": True})) == 4096
