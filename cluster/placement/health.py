@@ -6,9 +6,11 @@ attempt goes to another node than the one its last attempt failed on, when anoth
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable, TextIO
+from typing import Iterable, TextIO
 
+from cluster.placement.slots import Node
 from rollout.errors import ExitReason
+from rollout.records import RolloutResult
 
 STRIKES = 2
 """Container starts failed in a row on one node before it gets no more rollouts."""
@@ -20,7 +22,7 @@ class NodeHealth:
         self.failed_on: dict[str, str] = {}
         """Rollout id -> the node its last attempt failed on (infrastructure)."""
 
-    def note(self, node: Any, result: Any) -> None:
+    def note(self, node: Node, result: RolloutResult) -> None:
         if result.status == "completed":
             node.strikes = 0
             self.failed_on.pop(result.rollout_id, None)
@@ -37,7 +39,7 @@ class NodeHealth:
     def avoid(self, rollout_id: str) -> str | None:
         return self.failed_on.get(rollout_id)
 
-    async def recheck(self, nodes: Iterable[Any]) -> bool:
+    async def recheck(self, nodes: Iterable[Node]) -> bool:
         """Ask each sick node's worker whether its engine answers; whether any node is well again."""
         sick = [n for n in nodes if n.sick is not None and n.alive and n.actor is not None and n.index == 0]
         answers = await asyncio.gather(*(n.actor.probe.remote(self.engines) for n in sick), return_exceptions=True)

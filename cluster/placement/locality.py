@@ -11,8 +11,9 @@ starves a node.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
+from cluster.placement.slots import Node
 from rollout.records import Task
 
 
@@ -31,7 +32,7 @@ class ImageLocality:
         except Exception:  # noqa: BLE001 - a task whose image cannot be named is placed without locality
             return None
 
-    def choose(self, nodes: Iterable[Any], image: str | None, avoid: str | None = None) -> Any:
+    def choose(self, nodes: Iterable[Node], image: str | None, avoid: str | None = None) -> Node | None:
         """The node a rollout of ``image`` takes now, or None to wait. ``avoid``: a node id not to take while another
         node is alive (where the rollout's last attempt failed)."""
         nodes = list(nodes)
@@ -54,16 +55,16 @@ class ImageLocality:
         self.misses += 1
         return max(spare, key=lambda n: (n.free, -len(n.images)))
 
-    def _reserved(self, node: Any) -> bool:
+    def _reserved(self, node: Node) -> bool:
         return any(count > 0 and image in node.images for image, count in self.wanting.items())
 
-    def _new_images_waiting(self, nodes: list[Any], image: str) -> bool:
+    def _new_images_waiting(self, nodes: list[Node], image: str) -> bool:
         """``image`` is held by a (busy) node while another waiting rollout's image is held by none: that one
         has to be fetched somewhere anyway, this one would be fetched twice."""
         held = set().union(*(n.images for n in nodes if n.alive))
         return image in held and any(count > 0 and other != image and other not in held
                                      for other, count in self.wanting.items())
 
-    def sent(self, node: Any, image: str | None) -> None:
+    def sent(self, node: Node, image: str | None) -> None:
         if image is not None:
             node.images.add(image)  # the rollout fetches or builds it there

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import TextIO
 
+from cluster.session.ray_private import token_auth_on
+
 _printed = False
 
 
@@ -19,8 +21,6 @@ def token_source() -> str | None:
     if mode == "disabled":
         return None
     if mode != "token":
-        from cluster.session.ray_private import token_auth_on
-
         if not token_auth_on():
             return None
     if os.environ.get("RAY_AUTH_TOKEN"):

@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 from typing import Iterator
 
+from cluster.session.ray_private import address_file_for, enable_token_auth_if_available, gcs_probe_parts
 from rollout.errors import ConfigError
 
 PROBE_SECONDS = 10.0
@@ -39,11 +40,9 @@ def check_join(address: str, field: str = "farm.address") -> None:
 
 def _check_gcs(address: str, field: str) -> None:
     """Ask the GCS at ``address`` (host:port or ``auto``) for its cluster id, as ``ray.init`` is about to."""
-    from cluster.session.ray_private import gcs_probe_parts
-
     parts = gcs_probe_parts()
     try:
-        import grpc
+        import grpc  # comes with ray, an extra
     except ImportError:
         parts = None
     if parts is None:  # another Ray's internals: ray.init says what is wrong, as it would have
@@ -112,8 +111,6 @@ def _origin(address: str, target: str, field: str) -> str:
         return ""
     if os.environ.get("RAY_ADDRESS"):
         return " (`auto` took it from $RAY_ADDRESS)"
-    from cluster.session.ray_private import address_file_for
-
     written = address_file_for(target)
     if written:
         return (f" (`auto` read it from {written}, which the last `ray start` here wrote "
@@ -142,8 +139,6 @@ def _quiet_ray_logs() -> Iterator[None]:
 def _token_as_auto_would() -> None:
     """``ray.init("auto")`` turns token authentication on when a token is at hand and RAY_AUTH_MODE is unset (an
     explicit address never does): the probe sends what ray.init will send."""
-    from cluster.session.ray_private import enable_token_auth_if_available
-
     enable_token_auth_if_available()
 
 

@@ -1,9 +1,11 @@
 """Every use of Ray's private APIs, in one place: Ray 2.60 has no public way to do these. ``SYMBOLS`` lists what is
-reached, and ``tests/cluster/session/test_ray_private.py`` fails, naming it, the day a Ray upgrade moves one."""
+reached, and ``tests/cluster/session/test_ray_private.py`` fails, naming it, the day a Ray upgrade moves one. Each
+function imports what it reaches of Ray itself: the session, and the farm with it, imports without Ray."""
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import Any, Callable
 
 SYMBOLS = (
     ("ray.experimental.internal_kv", "_internal_kv_put"),
@@ -200,7 +202,7 @@ def embedded_processes(kind: str) -> list[Any]:
     return list((getattr(node, "all_processes", None) or {}).get(kind, []))
 
 
-def gcs_probe_parts() -> tuple[Any, Any, Any, Any] | None:
+def gcs_probe_parts() -> tuple[ModuleType, Callable[..., Any], ModuleType, ModuleType] | None:
     """(services, init_grpc_channel, gcs_service_pb2, gcs_service_pb2_grpc) to ask a GCS for its cluster id as
     ``ray.init`` does; None with another Ray's internals."""
     try:

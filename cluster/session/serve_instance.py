@@ -10,6 +10,8 @@ import logging
 import sys
 from typing import Any, Iterator, TextIO
 
+from cluster.session.ray_private import serve_http_config, serve_running
+
 SERVE_LOGGER = "ray.serve"
 RECONNECT_NOTE = "New http_options/controller_options will not be applied"
 """The words of Serve's line that says so on every reconnection to a running Serve."""
@@ -36,9 +38,7 @@ def start_serve(host: str, port: int, *, asked: dict[str, Any], logging_config: 
     """Serve's proxies on ``host:port`` when this call starts Serve; when Serve already runs, they stay as they are,
     and each of ``asked`` (the options the user set, by ``HTTPOptions`` name: ``host``, ``port``) that differs from
     what Serve runs with is named in one line on ``out``. True when this call started Serve."""
-    from ray import serve
-
-    from cluster.session.ray_private import serve_http_config, serve_running
+    from ray import serve  # the ray extra
 
     started = not serve_running()
     if started:

@@ -17,6 +17,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cluster.transfer.images import export_image
+
 
 class Depot:
     def __init__(self, docker_host: str | None = None):
@@ -37,8 +39,6 @@ class Depot:
     async def image(self, tag: str) -> list[Any] | None:
         """The pieces of ``tag``'s ``docker save`` (object references), saved on first ask; None when this
         machine's daemon has not got it (or there is none)."""
-        from cluster.transfer.images import export_image
-
         if tag not in self.images:
             self.images[tag] = asyncio.ensure_future(asyncio.to_thread(export_image, tag))
         try:

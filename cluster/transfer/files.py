@@ -19,6 +19,7 @@ from typing import Any
 
 import ray
 
+from envs.runtimes.prepared import bundle_bytes
 from rollout.data.carried import carried_ref, parse_ref
 from rollout.data.dataset import PATH_FIELDS
 from rollout.records import Task
@@ -62,8 +63,6 @@ class FileCarrier:
             return self._refs[key]
 
     def _put(self, path: str) -> str:
-        from envs.runtimes.prepared import bundle_bytes
-
         data = bundle_bytes(path)
         digest = hashlib.sha256(data).hexdigest()
         name = Path(path).name + ("" if os.path.isfile(path) else ".bundle")

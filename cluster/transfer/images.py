@@ -10,6 +10,8 @@ from typing import Any, Iterator
 
 import ray
 
+from envs.images.base_image import ImageError
+
 PIECE_BYTES = 64 << 20
 """The size of one object-store piece of a saved image: a node holds one piece at a time while loading."""
 
@@ -17,7 +19,7 @@ PIECE_BYTES = 64 << 20
 def export_image(tag: str) -> list[Any] | None:
     """``docker save`` of ``tag`` from this process's daemon as object references of ``PIECE_BYTES`` pieces; None
     when the daemon lacks the image or there is no daemon here."""
-    import docker
+    import docker  # the docker extra
 
     try:
         client = docker.from_env(timeout=600)
@@ -45,8 +47,6 @@ class DepotImages:
         self.depot, self.timeout = depot, timeout
 
     def fetch(self, image: str, client: Any) -> int | None:
-        from envs.images.base_image import ImageError
-
         try:
             pieces = ray.get(self.depot.image.remote(image), timeout=self.timeout)
         except Exception as exc:  # noqa: BLE001 - a depot that cannot answer: the attempt is retried

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import field_validator
 
+from envs.images import sources
+from envs.images.image_gc import parse_size
+from envs.images.instance_images import set_node_budget
+from envs.images.registry import RegistrySource, registry_problem
 from rollout.config.load import StrictModel
+from rollout.data.carried import set_fetcher
+
+if TYPE_CHECKING:  # it imports ray; the run's config, which holds ``ImagesSection``, loads without it
+    from cluster.transfer.files import FileCarrier
 
 
 class ImagesSection(StrictModel):
@@ -29,8 +37,6 @@ class ImagesSection(StrictModel):
     @field_validator("node_disk_budget")
     @classmethod
     def _size(cls, value: str | None) -> str | None:
-        from envs.images.image_gc import parse_size
-
         if value is not None:
             parse_size(value)  # a ValueError names the bad text; pydantic adds the field
         return value
@@ -38,8 +44,6 @@ class ImagesSection(StrictModel):
     @field_validator("registry")
     @classmethod
     def _registry(cls, value: str | None) -> str | None:
-        from envs.images.registry import registry_problem
-
         if value is not None and registry_problem(value):
             raise ValueError(registry_problem(value))
         return value
@@ -55,34 +59,26 @@ class NodeTransfer:
     node_disk_budget: str | None = None
 
     def install(self) -> None:
-        from envs.images import sources
-        from rollout.data.carried import set_fetcher
-
-        chosen: list[Any] = []
+        chosen: list[sources.ImageSource] = []
         if self.registry:
-            from envs.images.registry import RegistrySource
-
             chosen.append(RegistrySource(self.registry))
         if self.depot is not None:
-            from cluster.transfer.files import NodeFiles
+            from cluster.transfer.files import NodeFiles  # imports ray
 
             set_fetcher(NodeFiles(self.depot))
             if self.through_ray:
-                from cluster.transfer.images import DepotImages
+                from cluster.transfer.images import DepotImages  # imports ray
 
                 chosen.append(DepotImages(self.depot))
         sources.install(*chosen)
         if self.node_disk_budget:
-            from envs.images.image_gc import parse_size
-            from envs.images.instance_images import set_node_budget
-
             set_node_budget(parse_size(self.node_disk_budget))
 
 
-def open_transfer(images: ImagesSection | None) -> tuple[NodeTransfer, Any]:
+def open_transfer(images: ImagesSection | None) -> tuple[NodeTransfer, FileCarrier]:
     """A run's depot started on this node: ``(what each worker installs, the driver's file carrier)``."""
-    from cluster.transfer.depot import start_depot
-    from cluster.transfer.files import FileCarrier
+    from cluster.transfer.depot import start_depot  # imports ray
+    from cluster.transfer.files import FileCarrier  # imports ray
 
     section = images or ImagesSection()
     depot = start_depot()

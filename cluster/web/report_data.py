@@ -9,17 +9,17 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rollout.store.files import parse_results
+from rollout.store.progress import count_by
+from rollout.store.resume import latest_per_key
+from rollout.store.summary import summarize
+
 PER_TASK_LIMIT = 60
 """Tasks shown one by one in the per-task panel (SWE: resolved by instance); past it, the first ones by id."""
 
 
 def collect(run_dir: str | Path, summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the report draws, as plain JSON (also inlined into report.html)."""
-    from rollout.store.files import parse_results
-    from rollout.store.progress import count_by
-    from rollout.store.resume import latest_per_key
-    from rollout.store.summary import summarize
-
     run_dir = Path(run_dir)
     latest = latest_per_key(parse_results(run_dir / "results.jsonl").results)
     if summary is None:

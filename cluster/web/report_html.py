@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rollout.store.summary import format_table
+
 STATIC = Path(__file__).resolve().parent / "static"
 CHARTS = (("chart-rewards", "reward distribution"), ("chart-durations", "rollout duration distribution"),
           ("chart-turns", "turns per rollout"), ("chart-outcomes", "outcomes"),
@@ -16,8 +18,6 @@ CHARTS = (("chart-rewards", "reward distribution"), ("chart-durations", "rollout
 
 def render(data: dict[str, Any]) -> str:
     """The whole page for ``data`` (``report_data.collect``)."""
-    from rollout.store.summary import format_table
-
     esc = html.escape
     style = _static("uplot/uPlot.min.css") + "\n" + _static("page.css")
     script = _static("uplot/uPlot.iife.min.js") + "\n" + _static("report.js")

@@ -24,9 +24,9 @@ def warm() -> None:
     """Import what ``write_png`` draws with (half a second of CPU here), e.g. on a thread while a run waits on its
     containers and model, so that the run's end does not wait for it; nothing when matplotlib is missing."""
     try:
-        import matplotlib.backends.backend_agg  # noqa: F401 - the canvas savefig uses
-        import matplotlib.figure  # noqa: F401
-        import matplotlib.ticker  # noqa: F401
+        import matplotlib.backends.backend_agg  # noqa: F401 - the canvas savefig uses; the report extra, as below
+        import matplotlib.figure  # noqa: F401 - the report extra
+        import matplotlib.ticker  # noqa: F401 - the report extra
     except ImportError:
         pass
 
@@ -34,7 +34,7 @@ def warm() -> None:
 def write_png(data: dict[str, Any], path: Path) -> Path:
     """Draw ``data`` (``report_data.collect``) into ``path``; raises ``MatplotlibMissing`` without matplotlib."""
     try:
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # the report extra
     except ImportError:
         raise MatplotlibMissing() from None
     fig = Figure(figsize=SIZE, dpi=DPI, layout="constrained")
@@ -95,7 +95,7 @@ def _per_task(ax: Any, per_task: dict[str, Any]) -> None:
 
 
 def _whole_numbers(axis: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # the report extra
 
     axis.set_major_locator(MaxNLocator(integer=True))
 
