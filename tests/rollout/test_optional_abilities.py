@@ -106,7 +106,8 @@ def test_the_oracle_runs_a_declared_reference_solution_and_names_an_environment_
     assert isinstance(WithSolution(), HoldsSolution)
     assert not isinstance(ShellEnvironment(NullRuntime({"echo": True})), HoldsSolution)
     solved = asyncio.run(run_rollout(task, OracleAgent(), ScriptedModel([]), WithSolution(), meta=meta))
-    assert solved.exit_reason == ExitReason.NATURAL_COMPLETION and "solve.sh exited with 0" in solved.trajectory.exit_message
+    assert solved.exit_reason == ExitReason.NATURAL_COMPLETION
+    assert "solve.sh exited with 0" in solved.trajectory.exit_message
     refused = asyncio.run(run_rollout(task, OracleAgent(), ScriptedModel([]), ShellEnvironment(NullRuntime({})),
                                       meta=meta))
     assert refused.status == "infra_failed" and "has none (use environment.type harbor)" in refused.error.message
