@@ -1,5 +1,7 @@
 """Session-wide fixtures: container engines (skip on a laptop without them, fail in CI), the base
-image, the check that no labelled container outlives the test session, and one Ray cluster."""
+image, the check that no labelled container outlives the test session, one Ray cluster, the venvs of software we did
+not write (``foreign_venvs.py``), and ``stop_after_last_user``: what several modules share is started once and
+stopped after the last test that uses it."""
 
 from __future__ import annotations
 
@@ -145,3 +147,94 @@ def docker_bridge_ip() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()))  # SIOCGIFADDR
     return socket.inet_ntoa(packed[20:24])
+
+
+# ---- started once, stopped after its last user ------------------------------------------------------------------
+
+_LAST_USER_OF = pytest.StashKey[list]()
+_stops: dict[str, object] = {}
+STOPPED_AFTER_LAST_USER = ("served", "scripted", "machines")
+"""Session fixtures that hold the session cluster's CPUs or nodes (the tiny model's engine, the scripted Serve app,
+the separate machines): a later test (another engine, a farm spread over the nodes) needs them back."""
+
+
+def pytest_collection_modifyitems(items):
+    for name in STOPPED_AFTER_LAST_USER:
+        users = [item for item in items if name in getattr(item, "fixturenames", ())]
+        if users:
+            users[-1].stash.setdefault(_LAST_USER_OF, []).append(name)
+
+
+def _stop_after_last_user(request, stop) -> None:
+    _stops[request.fixturename] = stop
+    request.addfinalizer(lambda: _stop(request.fixturename))
+
+
+@pytest.fixture(scope="session")
+def stop_after_last_user():
+    """``stop_after_last_user(request, stop)`` in a session fixture (one of ``STOPPED_AFTER_LAST_USER``) calls
+    ``stop()`` once: after the last collected test that uses that fixture, or at the end of the session when that test
+    did not run."""
+    return _stop_after_last_user
+
+
+def _stop(name: str) -> None:
+    stop = _stops.pop(name, None)
+    if stop is not None:
+        stop()
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_no_later_test_uses(request):
+    yield
+    for name in request.node.stash.get(_LAST_USER_OF, []):
+        _stop(name)
+
+
+# ---- software we did not write, in venvs of its own (foreign_venvs.py): built or probed once a session ----------
+
+
+@pytest.fixture(scope="session")
+def harbor():
+    """The python of the Harbor 0.25.0 venv (``harbor_venv.py`` runs its checks)."""
+    from foreign_venvs import HARBOR, python_for
+
+    return python_for(HARBOR)
+
+
+@pytest.fixture(scope="session")
+def nemo_gym():
+    """``validate(model, body)``, ``validate_many([(model, body), ...])`` and
+    ``check_session_contract(app_factory, keeps_state, task_data=None)``, run in the NeMo Gym 0.7.0 venv."""
+    from foreign_venvs import NEMO_GYM, python_for
+    from gym.nemo_gym_venv import NemoGymVenv
+
+    venv = NemoGymVenv(python_for(NEMO_GYM))
+    yield venv
+    venv.close()
+
+
+@pytest.fixture(scope="session")
+def swebench5():
+    """swebench 5.0.2's harness (``reports(cases)``), in its venv."""
+    from foreign_venvs import SWEBENCH5, python_for
+    from swebench5_venv import Swebench5
+
+    return Swebench5(python_for(SWEBENCH5))
+
+
+@pytest.fixture(scope="session")
+def mini_swe():
+    """The python of the venv of pyproject's mini-swe-agent pin."""
+    from foreign_venvs import MINI_SWE, python_for
+
+    assert "==" in MINI_SWE.installs[0][-1], "pyproject.toml pins no mini-swe-agent"
+    return python_for(MINI_SWE)
+
+
+@pytest.fixture(scope="session")
+def renderers_python():
+    """The python of the renderers 0.1.12 venv."""
+    from foreign_venvs import RENDERERS, python_for
+
+    return python_for(RENDERERS)

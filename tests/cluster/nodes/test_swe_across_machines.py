@@ -10,9 +10,7 @@ import shutil
 import subprocess
 
 import pytest
-
-# Imported at collection, while this folder's conftest is the one named so (other folders have theirs).
-from conftest import PROJECT, SANDBOX, new_machine, output, results, run_on_cluster, start_registry
+from separate_machines import PROJECT, SANDBOX, new_machine, output, results, run_on_cluster, start_registry
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -229,7 +227,7 @@ def test_a_machine_that_joins_mid_run_gets_rollouts(ray_cluster, one_machine, he
     (first,) = one_machine
     results_reach(run, head_files, 2)
     assert run.poll() is None, "the run ended before a machine could join"
-    joined = new_machine(address, head_files, 2, SANDBOX).start()
+    joined = new_machine(address, head_files, SANDBOX).start()
     try:
         up, there = time.monotonic(), []
         while run.poll() is None and not there:

@@ -1,16 +1,21 @@
-"""The tiny CPU model served through ``ray.serve.llm``, one engine for the session's vLLM tests (its start is the
-slow part): ``test_vllm_cpu.py``, ``test_vllm_generate.py``. It is stopped after the last test that uses it, not at
-the end of the session: its placement holds the session cluster's CPUs, which a later engine (the RL example's)
-needs."""
+"""What this folder's modules share, each started once a session and stopped after the last test that uses it
+(``stop_after_last_user``: both hold the session cluster's CPUs, which a later engine, the RL example's, needs):
+
+- ``served``: the tiny CPU model served through ``ray.serve.llm``, one engine for the vLLM tests (its start is the
+  slow part): ``test_vllm_cpu.py``, ``test_vllm_generate.py``;
+- ``scripted``: the scripted policy ``demo`` as a Serve application of two replicas, for ``test_serve_scripted.py``
+  and ``test_serve_handle.py``."""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 ENGINE = {"max_model_len": 2048, "dtype": "float32", "enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
+DEMO_DATA = str(Path(__file__).resolve().parents[3] / "configs" / "data" / "local_demo.jsonl")
 
 
 @pytest.fixture(scope="session")
@@ -21,26 +26,8 @@ def tiny(vllm_available, tmp_path_factory):
     return {"a": str(write_tiny_model(root / "a", seed=0)), "b": str(write_tiny_model(root / "b", seed=1))}
 
 
-LAST_USER = pytest.StashKey[bool]()
-_engines: list = []
-
-
-def pytest_collection_modifyitems(items):
-    users = [item for item in items if "served" in getattr(item, "fixturenames", ())]
-    if users:
-        users[-1].stash[LAST_USER] = True
-
-
-@pytest.fixture(autouse=True)
-def _stop_the_engine_after_its_last_user(request):
-    yield
-    if request.node.stash.get(LAST_USER, False):
-        while _engines:
-            _engines.pop().stop()
-
-
 @pytest.fixture(scope="session")
-def served(ray_cluster, tiny):
+def served(ray_cluster, tiny, request, stop_after_last_user):
     from cluster.serving import apps
     from cluster.serving.config import ServeSection
 
@@ -49,7 +36,17 @@ def served(ray_cluster, tiny):
     t0 = time.perf_counter()
     model = apps.start(section, "tiny", out=sys.stderr)
     print(f"ray.serve.llm: tiny model ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-    _engines.append(model)
-    yield model
-    while _engines:  # not stopped yet (the last user did not run)
-        _engines.pop().stop()
+    stop_after_last_user(request, model.stop)
+    return model
+
+
+@pytest.fixture(scope="session")
+def scripted(ray_cluster, request, stop_after_last_user):
+    """The scripted policy ``demo`` (model ``scripted-demo``) as the Serve application ``test-scripted``."""
+    from cluster.serving import apps
+    from cluster.serving.config import ServeSection
+
+    section = ServeSection(app="scripted", name="test-scripted", route_prefix="/scripted", policy="demo", replicas=2)
+    app = apps.start(section, "scripted-demo", dataset=DEMO_DATA, out=sys.stderr)
+    stop_after_last_user(request, app.stop)
+    return app

@@ -14,20 +14,10 @@ from pathlib import Path
 import pytest
 
 from cluster.serving import apps
-from cluster.serving.config import ServeSection
 
 ROOT = Path(__file__).resolve().parents[3]
-DEMO_DATA = str(ROOT / "configs" / "data" / "local_demo.jsonl")
 CALC_TOOLS = [{"type": "function", "function": {"name": "calculate", "description": "evaluate arithmetic",
                "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
-
-
-@pytest.fixture(scope="module")
-def scripted(ray_cluster):
-    section = ServeSection(app="scripted", name="test-scripted", route_prefix="/scripted", policy="demo", replicas=2)
-    served = apps.start(section, "scripted-demo", dataset=DEMO_DATA, out=sys.stderr)
-    yield served
-    served.stop()
 
 
 def test_the_openai_sdk_lists_the_model_and_gets_a_tool_call(scripted):

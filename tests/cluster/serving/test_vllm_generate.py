@@ -4,35 +4,24 @@ ids sent are the ids the engine saw, the reply names the weights' label, token-i
 it gives through ``/v1/completions``; and a client we did not write, the ``renderers`` package's generate client
 (what verifiers 0.4's training client calls), against it.
 
-``renderers`` is not in our venv: the ``renderers_python`` fixture builds a venv of its own under pytest's cache
-directory (or ``$ROLLOUT_RENDERERS_VENV``), reused while it imports; where it cannot be built (no package index)
-its test skips, or fails with ROLLOUT_REQUIRE_RENDERERS=1 (as in CI)."""
+``renderers`` is not in our venv: the session fixture ``renderers_python`` gives the python of a venv of its own
+(``tests/foreign_venvs.py``); where it cannot be built (no package index) its test skips, or fails with
+ROLLOUT_REQUIRE_RENDERERS=1 (as in CI)."""
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import inspect
 import json
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
+from foreign_venvs import run_function
 
 from rollout.wire.generate import GENERATE_PATH, parse_generate
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
-RENDERERS = ["renderers==0.1.12", "transformers==5.24.0", "httpx==0.28.1"]
-"""renderers imports httpx without declaring it; transformers loads the tiny model's tokenizer (no torch needed)."""
-PROBE = "import renderers.client, transformers"
-MARK = "@@renderers-answer@@ "
 ASK = [{"role": "user", "content": "add or sub?"}]
 
 
@@ -129,38 +118,6 @@ def test_token_in_mode_gives_the_same_token_stream_through_generate_as_through_c
 # ---- renderers' own client, in a venv of its own ------------------------------------------------------------------
 
 
-def build_venv(path: Path) -> Path:
-    """The venv at ``path``, reused when it holds ``RENDERERS`` and imports, else built again; its python."""
-    python, ready = path / "bin" / "python", path / "rollout-farm-ready.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        probe = subprocess.run([str(python), "-c", PROBE], capture_output=True) if python.exists() else None
-        if ready.exists() and json.loads(ready.read_text()) == RENDERERS and probe and probe.returncode == 0:
-            return python
-        shutil.rmtree(path, ignore_errors=True)
-        for step in ([sys.executable, "-m", "venv", str(path)],
-                     [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *RENDERERS],
-                     [str(python), "-c", PROBE]):
-            done = subprocess.run(step, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                raise RuntimeError(f"{' '.join(step[:4])} failed: {(done.stdout + done.stderr)[-2000:]}")
-        ready.write_text(json.dumps(RENDERERS))
-    return python
-
-
-@pytest.fixture(scope="session")
-def renderers_python(pytestconfig, tmp_path_factory) -> Path:
-    cache = getattr(pytestconfig, "cache", None)
-    path = (cache.mkdir("renderers-0.1.12") if cache is not None else tmp_path_factory.mktemp("renderers")) / "venv"
-    try:
-        return build_venv(Path(os.environ.get("ROLLOUT_RENDERERS_VENV") or path))
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
-        if os.environ.get("ROLLOUT_REQUIRE_RENDERERS", "") not in ("", "0", "false", "no"):
-            pytest.fail(f"no renderers venv: {error}")
-        pytest.skip(f"no renderers venv: {error} (set ROLLOUT_REQUIRE_RENDERERS=1 to make this an error)")
-
-
 def call_renderers(request: dict) -> dict:
     """Runs in the renderers venv: its ``generate`` renders the chat with the model's tokenizer and POSTs the ids;
     the bodies it sent are caught on the wire."""
@@ -195,14 +152,8 @@ def call_renderers(request: dict) -> dict:
 
 
 def test_renderers_generate_client_sends_ids_the_engine_sees_and_reads_the_reply(served, renderers_python, tmp_path):
-    code = (textwrap.dedent(inspect.getsource(call_renderers)) + "\nimport json, sys\n"
-            f"print({MARK!r} + json.dumps(call_renderers(json.loads(sys.stdin.read()))))\n")
     ask = {"base_url": served.base_url, "model": "tiny", "tokenizer": served.section.model_source, "messages": ASK}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    done = subprocess.run([str(renderers_python), "-c", code], input=json.dumps(ask), capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=600)
-    answer = next((json.loads(line[len(MARK):]) for line in done.stdout.splitlines() if line.startswith(MARK)), None)
-    assert answer is not None, done.stderr[-4000:]
+    answer = run_function(renderers_python, call_renderers, ask, cwd=tmp_path, timeout=600)
     (body,) = answer["sent"]
     assert body["token_ids"] == answer["prompt_ids"] == chat_ids(served)  # its rendering is the model's template
     # the engine, given the very body the client sent (asking for the ids it saw), saw those ids and sampled the

@@ -1,21 +1,15 @@
 """Every task.toml in the repository, read by Harbor 0.25.0's own ``TaskConfig`` (in a venv of its own,
-``tests/harbor_venv.py``): it loads, and it reads the fields the farm honours as the farm reads them."""
+``tests/foreign_venvs.py``): it loads, and it reads the fields the farm honours as the farm reads them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from harbor_venv import harbor_python, run_in_harbor
+from foreign_venvs import run_function
 
 from envs.harbor.task_config import parse_task_toml
 
 HARBOR = Path(__file__).resolve().parents[3] / "configs" / "harbor"
-
-
-@pytest.fixture(scope="session")
-def harbor(pytestconfig, tmp_path_factory):
-    return harbor_python(pytestconfig, tmp_path_factory)
 
 
 def harbor_reads(request):
@@ -46,7 +40,7 @@ def harbor_reads(request):
 def test_harbor_reads_every_task_toml_of_the_repository_as_we_do(harbor):
     files = sorted(HARBOR.glob("*/*/task.toml"))
     assert len(files) >= 9
-    theirs = run_in_harbor(harbor, harbor_reads, {str(f.relative_to(HARBOR)): f.read_text() for f in files})
+    theirs = run_function(harbor, harbor_reads, {str(f.relative_to(HARBOR)): f.read_text() for f in files})
     for name, seen in theirs.items():
         assert "error" not in seen, (name, seen)
         ours = parse_task_toml((HARBOR / name).read_text(), {})

@@ -7,7 +7,6 @@ grading, from a venv of its own (skips without PyPI unless ROLLOUT_REQUIRE_SWEBE
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 
@@ -38,10 +37,6 @@ from rollout.records import RolloutResult, Task
 
 RUN_ID = "test-swe-v5-rows"
 SHAPES = {"v4": SWEBENCH4, "v5": SWEBENCH5, "smith": SWESMITH, "gym": SWEGYM}
-
-
-def _required(var: str) -> bool:
-    return os.environ.get(var, "") not in ("", "0", "false", "no")
 
 
 @pytest.fixture(scope="module")
@@ -293,18 +288,6 @@ def test_hostile_patches_on_a_5x_row_resolve_nothing(calc, images, case, tmp_pat
 
 
 # ---- report.json against swebench 5.x ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def swebench5():
-    from swebench5_venv import Swebench5Venv, SwebenchUnavailable
-
-    try:
-        return Swebench5Venv().ensure()
-    except (SwebenchUnavailable, OSError, subprocess.SubprocessError) as exc:
-        if _required("ROLLOUT_REQUIRE_SWEBENCH5"):
-            pytest.fail(f"ROLLOUT_REQUIRE_SWEBENCH5 is set but swebench 5.x does not install: {exc}")
-        pytest.skip(f"swebench 5.x does not install here (set ROLLOUT_REQUIRE_SWEBENCH5=1 to fail): {exc}")
 
 
 def _skipping(name: str) -> str:

@@ -5,27 +5,21 @@ replies and templates, and ``write_swe_outputs`` writes our files. They must mat
 difference is named where it is allowed), and mini-swe-agent's inspector must load ours and title them by instance.
 
 mini-swe-agent is not in our venv: its litellm pulls boto3, whose botocore pins python-dateutil<3 and would
-downgrade the one pandas uses. The ``mini_swe`` fixture builds a venv of its own: the pin of pyproject's
-``mini-swe-agent`` extra without its dependencies, plus the packages the modules used here import (``RUNTIME``).
-It is built once under pytest's cache directory (or ``$ROLLOUT_MINI_SWE_VENV``) and reused; where it cannot be
-built (no package index) the tests skip, or fail with ROLLOUT_REQUIRE_MINI_SWE=1."""
+downgrade the one pandas uses. The session fixture ``mini_swe`` gives the python of a venv of its own
+(``tests/foreign_venvs.py``: the pin of pyproject's ``mini-swe-agent`` extra without its dependencies, plus the
+packages the modules used here import); where it cannot be built (no package index) the tests skip, or fail with
+ROLLOUT_REQUIRE_MINI_SWE=1."""
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import inspect
 import json
 import os
-import re
-import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from foreign_venvs import run_function
 
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
 from cluster.run.swe_outputs import write_swe_outputs
@@ -37,11 +31,6 @@ from rollout.records import RequestMeta, Task
 from rollout.runner import run_rollout
 from rollout.store.run_dir import RunStore
 
-REPO = Path(__file__).resolve().parents[3]
-RUNTIME = ["pydantic==2.14.4", "jinja2==3.1.6", "pyyaml==6.0.4", "rich==15.0.0", "typer==0.29.2", "textual==8.2.8",
-           "python-dotenv==1.2.4", "platformdirs==4.14.8"]
-PROBE = "import minisweagent.run.benchmarks.swebench, minisweagent.run.utilities.inspector"
-MARK = "@@mini-swe-agent-answer@@ "
 MODEL = "scripted"
 SYSTEM = "You are a scripted test agent."
 OBSERVATION = "<returncode>{{ returncode }}</returncode>\n<output>\n{{ output }}</output>"
@@ -65,73 +54,14 @@ STATUS = {"demo__submitted-1": "Submitted", "demo__format-1": "RepeatedFormatErr
           "demo__steps-1": "LimitsExceeded", "demo__time-1": "TimeExceeded", "demo__error-1": "RuntimeError"}
 
 
-# ---- the mini-swe-agent venv ------------------------------------------------------------------------------------
-
-
-def pinned() -> str:
-    match = re.search(r'"(mini-swe-agent==[^"]+)"', (REPO / "pyproject.toml").read_text())
-    assert match, "pyproject.toml pins no mini-swe-agent"
-    return match[1]
-
-
-def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-
-
-def _check(out: subprocess.CompletedProcess, what: str) -> None:
-    if out.returncode != 0:
-        lines = [line for line in (out.stdout + out.stderr).splitlines() if "is ignored: it is neither" not in line]
-        raise RuntimeError(f"{what} failed:\n" + "\n".join(lines[-30:]))
-
-
-def build_venv(path: Path) -> Path:
-    """The venv at ``path``, reused when it holds what is wanted and imports, else built again; its python."""
-    python, ready = path / "bin" / "python", path / "rollout-farm-ready.json"
-    want = {"package": pinned(), "runtime": RUNTIME}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if ready.exists() and json.loads(ready.read_text()) == want and _run(str(python), "-c", PROBE).returncode == 0:
-            return python
-        shutil.rmtree(path, ignore_errors=True)
-        _check(_run(sys.executable, "-m", "venv", str(path)), "python -m venv")
-        pip = (str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check")
-        _check(_run(*pip, "--no-deps", want["package"]), f"pip install {want['package']}")
-        _check(_run(*pip, *RUNTIME), "pip install " + " ".join(RUNTIME))
-        _check(_run(str(python), "-c", PROBE), "importing mini-swe-agent")
-        ready.write_text(json.dumps(want))
-    return python
-
-
-@pytest.fixture(scope="session")
-def mini_swe(pytestconfig, tmp_path_factory) -> Path:
-    """The python of the mini-swe-agent venv."""
-    name = pinned().replace("==", "-")
-    cache = getattr(pytestconfig, "cache", None)  # None with -p no:cacheprovider: built for this session only
-    path = (cache.mkdir(name) if cache is not None else tmp_path_factory.mktemp(name)) / "venv"
-    path = Path(os.environ.get("ROLLOUT_MINI_SWE_VENV") or path)
-    try:
-        return build_venv(path)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
-        message = f"no mini-swe-agent venv: {error}"
-        if os.environ.get("ROLLOUT_REQUIRE_MINI_SWE", "") not in ("", "0", "false", "no"):
-            pytest.fail(message)
-        pytest.skip(message + " (set ROLLOUT_REQUIRE_MINI_SWE=1 to make this an error)")
+# ---- the mini-swe-agent venv (``foreign_venvs.MINI_SWE``; the session fixture ``mini_swe`` gives its python) ------
 
 
 def in_mini_swe(python: Path, function: Any, request: dict[str, Any], workdir: Path) -> Any:
-    """``function(request)`` run in the mini-swe-agent venv (its source sent as the child's program; it imports
-    what it needs itself); its JSON answer."""
-    code = (textwrap.dedent(inspect.getsource(function)) + "\nimport json, sys\n"
-            f"print({MARK!r} + json.dumps({function.__name__}(json.loads(sys.stdin.read()))))\n")
+    """``function(request)`` run in the mini-swe-agent venv, in ``workdir``, with a global config of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MSWEA_", "PYTHON"))}
     env.update(MSWEA_SILENT_STARTUP="1", MSWEA_GLOBAL_CONFIG_DIR=str(workdir / "mini-swe-agent-config"))
-    out = subprocess.run([str(python), "-c", code], input=json.dumps(request), capture_output=True, text=True,
-                         cwd=workdir, env=env, timeout=300)
-    for line in out.stdout.splitlines():
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
-    raise AssertionError(f"the mini-swe-agent child failed ({out.returncode}):\n{out.stderr[-4000:]}")
+    return run_function(python, function, request, cwd=workdir, env=env)
 
 
 # ---- what runs in that venv (standard library and minisweagent only) ---------------------------------------------

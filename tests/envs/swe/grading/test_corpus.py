@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -96,19 +95,6 @@ def images(base_image, tmp_path_factory) -> dict[str, str]:
 
 def _built(row: dict) -> dict:
     return {k: v for k, v in row.items() if k != "image"}
-
-
-@pytest.fixture(scope="module")
-def swebench5():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # swebench5_venv.py is in tests/envs/swe
-    from swebench5_venv import Swebench5Venv, SwebenchUnavailable
-
-    try:
-        return Swebench5Venv().ensure()
-    except (SwebenchUnavailable, OSError, subprocess.SubprocessError) as exc:
-        if os.environ.get("ROLLOUT_REQUIRE_SWEBENCH5", "") not in ("", "0", "false", "no"):
-            pytest.fail(f"ROLLOUT_REQUIRE_SWEBENCH5 is set but swebench 5.x does not install: {exc}")
-        pytest.skip(f"swebench 5.x does not install here (set ROLLOUT_REQUIRE_SWEBENCH5=1 to fail): {exc}")
 
 
 def graded(row: dict, patch: str | None, image: str) -> Grade:
