@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 import pytest
+from runtime_helpers import survivors
 
 from envs.images.apptainer_images import INSTALL_HINT, build_argv, cached_sif, default_cache_dir
 from envs.runtimes.apptainer.runtime import ApptainerRuntime, ApptainerRuntimeConfig, exec_argv, start_argv, stop_argv
@@ -103,26 +104,6 @@ def runtime(tmp_path, image: str, **overrides) -> ApptainerRuntime:
 
 def workspaces(tmp_path) -> list[str]:
     return os.listdir(tmp_path / "ws") if (tmp_path / "ws").exists() else []
-
-
-def processes_with(text: str) -> list[int]:
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if text.encode() in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
-async def survivors(text: str) -> list[int]:
-    for _ in range(50):  # a SIGKILLed process may take a moment to leave the table; after 1 s it survived
-        if not processes_with(text):
-            return []
-        await asyncio.sleep(0.02)
-    return processes_with(text)
 
 
 # ---- command lines ----------------------------------------------------------------------------------------
@@ -329,7 +310,7 @@ def test_a_timed_out_command_is_reported_and_leaves_no_process(ignore_timeout, f
     async def go():
         await rt.start()
         result = await rt.exec(f"sleep {marker} & sleep {marker}", timeout=0.5)
-        left = await survivors(marker)
+        left = await survivors(marker, seconds=1.0)
         after = await rt.exec("echo still here", timeout=5)
         await rt.close()
         return result, left, after

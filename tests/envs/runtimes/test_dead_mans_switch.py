@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from runtime_helpers import podman_copy
 
 from envs.runtimes.docker.runtime import DockerRuntime
 
@@ -49,8 +50,7 @@ def engine_image(request, base_image):
         request.getfixturevalue("docker_available")
     else:
         request.getfixturevalue("podman_available")
-        if subprocess.run(["podman", "image", "exists", base_image]).returncode != 0:
-            subprocess.run(["podman", "pull", "-q", f"docker-daemon:{base_image}"], check=True, capture_output=True)
+        podman_copy(base_image)
     return engine, base_image
 
 

@@ -7,9 +7,9 @@ import socket
 import subprocess
 import threading
 import time
-import uuid
 
 import pytest
+from runtime_helpers import container_runtime, run
 
 from envs.runtimes.check import check_runtime
 from envs.runtimes.docker.runtime import DockerRuntime
@@ -18,21 +18,7 @@ from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
 pytestmark = pytest.mark.docker
 
 
-def runtime(image: str, **config) -> DockerRuntime:
-    return DockerRuntime({"image": image, **config}, run_id=f"test-{uuid.uuid4().hex[:8]}", rollout_id="docker")
-
-
-def run(scenario, rt: DockerRuntime):
-    """Start ``rt``, run ``scenario(rt)``, and close it whatever happens."""
-
-    async def main():
-        await rt.start()
-        try:
-            return await scenario(rt)
-        finally:
-            await rt.close()
-
-    return asyncio.run(main())
+runtime = container_runtime
 
 
 async def processes(rt: DockerRuntime) -> str:

@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+from runtime_helpers import container_runtime, podman_copy, run
 
 from envs.runtimes.check import check_runtime
 from envs.runtimes.docker.containers import remove_labelled
@@ -19,26 +20,12 @@ pytestmark = pytest.mark.podman
 
 @pytest.fixture(scope="module")
 def podman_image(podman_available, base_image) -> str:
-    """The base image in podman's storage, copied from docker once if missing (no registry here)."""
-    if subprocess.run(["podman", "image", "exists", base_image]).returncode != 0:
-        subprocess.run(["podman", "pull", "-q", f"docker-daemon:{base_image}"], check=True, capture_output=True)
-    return base_image
+    """The base image in podman's storage."""
+    return podman_copy(base_image)
 
 
 def runtime(image: str, run_id: str | None = None, **config) -> DockerRuntime:
-    run_id = run_id or f"test-{uuid.uuid4().hex[:8]}"
-    return DockerRuntime({"type": "podman", "image": image, **config}, run_id=run_id, rollout_id="podman")
-
-
-def run(scenario, rt: DockerRuntime):
-    async def main():
-        await rt.start()
-        try:
-            return await scenario(rt)
-        finally:
-            await rt.close()
-
-    return asyncio.run(main())
+    return container_runtime(image, "podman", run_id, **config)
 
 
 def test_podman_runtime_passes_the_conformance_checker(podman_image):

@@ -8,6 +8,7 @@ import random
 import time
 
 import pytest
+from runtime_helpers import processes_with, survivors
 
 from envs.registry import RUNTIMES
 from envs.runtimes.check import check_runtime
@@ -24,30 +25,6 @@ def local(tmp_path, **overrides) -> LocalRuntime:
 def marker() -> str:
     """A sleep argument no other process on the machine has in its command line."""
     return f"100.{random.randrange(10**8, 10**9)}"
-
-
-def processes_with(text: str) -> list[int]:
-    """Live processes whose command line contains ``text`` (zombies have an empty one)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if text.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-async def survivors(text: str) -> list[int]:
-    # A SIGKILLed process may need a moment to leave the process table (longer on a loaded machine); anything left
-    # after 5 s survived.
-    for _ in range(250):
-        if not processes_with(text):
-            return []
-        await asyncio.sleep(0.02)
-    return processes_with(text)
 
 
 async def run_watched(runtime, command: str, text: str, expected: int, timeout: float) -> tuple[ExecResult, int, float]:

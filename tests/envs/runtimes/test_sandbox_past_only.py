@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from runtime_helpers import podman_copy
 
 from envs.images.image_names import image_for
 from envs.images.instance_images import build_instance_images
@@ -116,12 +117,6 @@ def assert_past_only(seen: dict[str, list[str]], leaks: list[str], history: dict
     assert seen["head"] == [history["base"], "refs/heads/trunk"]
     assert seen.get("special", []) == [] and seen.get("status", []) == []
     assert leaks == [], f"files holding the fix's line: {leaks}"
-
-
-def podman_copy(image: str) -> None:
-    """An image of docker's storage in podman's (no registry here)."""
-    if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
-        subprocess.run(["podman", "pull", "-q", f"docker-daemon:{image}"], check=True, capture_output=True)
 
 
 def container(engine: str, image: str, workdir: str) -> DockerRuntime:
