@@ -1,7 +1,8 @@
 """Session-wide fixtures: container engines (skip on a laptop without them, fail in CI), the base
 image, the check that no labelled container outlives the test session, one Ray cluster, the venvs of software we did
 not write (``foreign_venvs.py``), and ``stop_after_last_user``: what several modules share is started once and
-stopped after the last test that uses it."""
+stopped after the last test that uses it. With ``ROLLOUT_TEST_TIMES`` set, each test's seconds and outcome are written
+there at the end (``.ci/run`` prints the ten slowest)."""
 
 from __future__ import annotations
 
@@ -189,6 +190,30 @@ def _stop_what_no_later_test_uses(request):
     yield
     for name in request.node.stash.get(_LAST_USER_OF, []):
         _stop(name)
+
+
+# ---- each test's seconds, for .ci/run's list of the slowest -------------------------------------------------------
+
+_times: dict[str, dict] = {}
+
+
+def pytest_runtest_logreport(report):
+    """With ``ROLLOUT_TEST_TIMES`` set (``.ci/run`` sets it; an environment variable of ours, not pytest's options,
+    which the pytest runs the tests start would inherit): each test's set-up, call and tear-down seconds summed, and
+    its outcome."""
+    if os.environ.get("ROLLOUT_TEST_TIMES"):
+        entry = _times.setdefault(report.nodeid, {"seconds": 0.0, "outcome": "passed"})
+        entry["seconds"] += report.duration
+        if report.failed:
+            entry["outcome"] = "failed"
+        elif report.skipped and entry["outcome"] == "passed":
+            entry["outcome"] = "skipped"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("ROLLOUT_TEST_TIMES"):
+        with open(os.environ["ROLLOUT_TEST_TIMES"], "w") as out:
+            json.dump(_times, out)
 
 
 # ---- software we did not write, in venvs of its own (foreign_venvs.py): built or probed once a session ----------
