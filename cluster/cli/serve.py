@@ -42,7 +42,10 @@ def serve_main(argv: list[str]) -> int:
                                           "serve"))
     section = validate(ServeSection, raw["serve"], prefix="serve")
     port = args.port if args.port is not None else section.port or 8000
-    section = section.model_copy(update={"port": port, "keep": True})
+    if section.in_process:
+        print("serve: in_process plays the policy inside a run's own process; rollout serve deploys it on Serve",
+              file=sys.stderr, flush=True)
+    section = section.model_copy(update={"port": port, "keep": True, "in_process": False})
     address = args.address or os.environ.get("RAY_ADDRESS")
     farm = raw.get("farm") or {}
     assembly = FarmAssembly(section, model=raw.get("model"), address=address, num_cpus=farm.get("num_cpus"),

@@ -165,10 +165,14 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
 
     def kill(self) -> None:
         """The machine dies: every process in its namespace is killed at once (its raylet, workers, daemon), and the
-        processes of its containers with them."""
+        processes of its containers with them. Then its namespace is forgotten: once its last process is gone the
+        kernel may give the number to another machine's, which a second ``kill`` by that number would kill."""
+        if self.process is not None and self.process.poll() is not None:
+            self.namespace = None  # dead already: the number may be another machine's by now
         kill_until_gone(lambda: self.pids() + self.container_pids())
         if self.process is not None:
             self.process.wait(timeout=30)
+        self.namespace = None
 
     def stop(self) -> None:
         """Kill the machine, wait until Ray has let go of its node (so later work on the cluster never waits on a

@@ -200,7 +200,10 @@ def test_rollout_serve_prints_the_base_url_and_serves_until_interrupted(tmp_path
 
 
 def test_rollout_serve_without_a_serve_section_is_a_config_error(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "cluster", "serve", "configs/local_demo.yaml"], cwd=ROOT,
+    config = tmp_path / "no_serve.yaml"
+    config.write_text("model: {type: openai, model: m, base_url: 'http://127.0.0.1:9/v1'}\n"
+                      "dataset: {path: tasks.jsonl}\n")
+    done = subprocess.run([sys.executable, "-m", "cluster", "serve", str(config)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "has no serve section" in done.stderr
 
