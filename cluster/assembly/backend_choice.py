@@ -72,16 +72,20 @@ def rollout_resources(config: RunConfig, composer: Composer) -> Resources:
     container runtime's ``cpus``/``memory`` (runtimes without containers take nothing countable)."""
     cpus = config.farm.cpus_per_rollout
     memory = parse_memory(config.farm.memory_per_rollout)
+    keys = {"cpus": f"farm.cpus_per_rollout={cpus:g}"} if cpus is not None else {}
+    if memory is not None:
+        keys["memory"] = f"farm.memory_per_rollout={config.farm.memory_per_rollout}"
     for profile in composer.profiles.values():
         runtime = profile.runtime.config if profile.runtime is not None else None
         if not isinstance(runtime, RunsContainers):
             continue
-        if config.farm.cpus_per_rollout is None:
-            cpus = max(cpus or 0.0, float(runtime.cpus))
-        if config.farm.memory_per_rollout is None:
-            memory = max(memory or 0, parse_memory(runtime.memory) or 0) or None
+        if config.farm.cpus_per_rollout is None and float(runtime.cpus) > (cpus or 0.0):
+            cpus, keys["cpus"] = float(runtime.cpus), f"runtime.cpus={float(runtime.cpus):g}"
+        if config.farm.memory_per_rollout is None and (parse_memory(runtime.memory) or 0) > (memory or 0):
+            memory, keys["memory"] = parse_memory(runtime.memory), f"runtime.memory={runtime.memory}"
     return Resources(cpus=cpus, memory_bytes=memory, max_per_node=config.farm.max_per_node,
-                     workers_per_node=config.farm.workers_per_node, node_resources=dict(config.farm.node_resources))
+                     workers_per_node=config.farm.workers_per_node, node_resources=dict(config.farm.node_resources),
+                     keys=keys)
 
 
 def ray_available() -> None:

@@ -38,6 +38,11 @@ class Backend(ABC):
         """Rollouts running now, when some of those sent wait on their worker; None: every one sent runs."""
         return None
 
+    def peak_running(self) -> int | None:
+        """The most rollouts that ran at once so far, when some of those sent wait on their worker; None: the driver
+        counts them (every rollout sent runs)."""
+        return None
+
     def lost_nodes(self) -> list[str]:
         """The ids of the nodes that left the cluster during the run (none for a backend in one process)."""
         return []

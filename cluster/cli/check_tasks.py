@@ -46,18 +46,37 @@ def main(argv: list[str]) -> int:
     out = Path(args.out).expanduser() if args.out else rollout_home() / "check-tasks"
     rows: dict[str, dict[str, Any]] = {}
     try:
-        for agent in EXPECTED:
+        runnable, refused = screen(tasks_dir, args.allow_network)
+        for agent in EXPECTED if runnable else ():
             run_dir = out / f"{tasks_dir.name}-{agent}"
-            for row in _run(agent, tasks_dir, run_dir, args):
+            for row in _run(agent, tasks_dir, run_dir, args, runnable):
                 rows.setdefault(row["task_id"], {})[agent] = row
     except ConfigError as exc:
         print(f"check-tasks: {exc}", file=sys.stderr)
         return 2
-    bad = report(rows, args.reward_key)
+    bad = report(rows, args.reward_key, refused)
     return 1 if bad else 0
 
 
-def _run(agent: str, tasks_dir: Path, run_dir: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+def screen(tasks_dir: Path, allow_network: bool) -> tuple[list[str], dict[str, str]]:
+    """The tasks that can run here, and those that cannot (a task.toml that does not parse, several containers, a
+    network not allowed) with the reason of each, as a linter names every problem rather than the first."""
+    from envs.harbor.dataset import load_task, task_dirs
+    from envs.harbor.env import check_tasks
+
+    runnable, refused = [], {}
+    for path in task_dirs(tasks_dir):
+        try:
+            check_tasks([load_task(path)], {"allow_network": allow_network})
+        except ConfigError as exc:
+            refused[path.name] = exc.message
+        else:
+            runnable.append(path.name)
+    return runnable, refused
+
+
+def _run(agent: str, tasks_dir: Path, run_dir: Path, args: argparse.Namespace,
+         ids: list[str]) -> list[dict[str, Any]]:
     from cluster.run import job as jobs
 
     config = {
@@ -65,7 +84,7 @@ def _run(agent: str, tasks_dir: Path, run_dir: Path, args: argparse.Namespace) -
         "model": {"type": "scripted", "policy": "echo"}, "agent": {"type": agent},
         "environment": {"type": "harbor", "allow_network": args.allow_network},
         "runtime": {"type": args.runtime}, "verifier": {"type": "harbor", "reward_key": args.reward_key},
-        "dataset": {"type": "harbor", "path": str(tasks_dir)},
+        "dataset": {"type": "harbor", "path": str(tasks_dir), "ids": ids},
         "run": {"samples": 1, "concurrency": args.concurrency, "max_attempts": 2, "progress_interval": 30},
         "farm": {"backend": "ray" if args.ray else "local"},
     }
@@ -102,18 +121,24 @@ def verdict(row: dict[str, Any] | None, expected: float, key: str) -> str | None
     return None
 
 
-def report(rows: dict[str, dict[str, Any]], key: str) -> list[str]:
-    """Print one line per task and a total; the ids of the tasks that fail the check."""
+def report(rows: dict[str, dict[str, Any]], key: str, refused: dict[str, str] | None = None) -> list[str]:
+    """Print one line per task (a task that cannot run here: why) and a total; the ids of the tasks that fail."""
+    refused = refused or {}
     bad = []
-    width = max([len(t) for t in rows] + [4])
+    width = max([len(t) for t in [*rows, *refused]] + [4])
     print(f"{'task':<{width}}  oracle   nop  verdict")
-    for task_id in sorted(rows):
+    for task_id in sorted([*rows, *refused]):
+        if task_id in refused:
+            bad.append(task_id)
+            print(f"{task_id:<{width}}  {'-':>6}  {'-':>4}  not run: {refused[task_id]}")
+            continue
         problems = {agent: verdict(rows[task_id].get(agent), want, key) for agent, want in EXPECTED.items()}
         shown = {a: _reward(rows[task_id].get(a), key) for a in EXPECTED}
         why = "; ".join(f"{agent}: {p}" for agent, p in problems.items() if p)
         bad += [task_id] if why else []
         print(f"{task_id:<{width}}  {shown['oracle']:>6}  {shown['nop']:>4}  {why or 'ok'}")
-    print(f"{len(rows) - len(bad)} of {len(rows)} tasks pass (oracle reaches 1, nop gets 0)"
+    total = len(rows) + len(refused)
+    print(f"{total - len(bad)} of {total} tasks pass (oracle reaches 1, nop gets 0)"
           + (f"; check: {', '.join(bad)}" if bad else ""))
     return bad
 

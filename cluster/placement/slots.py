@@ -24,21 +24,39 @@ class Resources:
     """Worker processes per node; None: one per ``SLOTS_PER_WORKER`` slots, up to the node's CPUs."""
     node_resources: dict[str, float] = field(default_factory=dict)
     """The Ray resources a node must offer to host rollout workers (``farm.node_resources``, e.g. ``{sandbox: 1}``)."""
+    keys: dict[str, str] = field(default_factory=dict)
+    """Where ``cpus`` and ``memory`` came from, as the user would write it (``runtime.cpus=1.0`` when the farm took
+    the container's limit, ``farm.cpus_per_rollout=0.25`` when the farm says), for the line that says what binds."""
 
     def hosts(self, node_resources: dict[str, float]) -> bool:
         """Whether a node offering ``node_resources`` gets rollout workers: it has CPUs and every resource asked."""
         return node_resources.get("CPU", 0) > 0 and all(node_resources.get(name, 0) >= amount
                                                         for name, amount in self.node_resources.items())
 
-    def capacity(self, node_resources: dict[str, float], ceiling: int) -> int:
-        limits = [ceiling]
+    def limits(self, node_resources: dict[str, float]) -> dict[str, int]:
+        """How many rollouts at once each limit allows on a node offering ``node_resources``, by what sets it
+        (``runtime.cpus=1.0 on 2 CPUs``: 2)."""
+        found = {}
         if self.cpus:
-            limits.append(int(node_resources.get("CPU", 0) / self.cpus + 1e-9))
+            cpus = node_resources.get("CPU", 0)
+            label = self.keys.get("cpus", f"farm.cpus_per_rollout={self.cpus:g}")
+            found[f"{label} on {cpus:g} CPUs"] = int(cpus / self.cpus + 1e-9)
         if self.memory_bytes:
-            limits.append(int(node_resources.get("memory", 0) // self.memory_bytes))
+            memory = node_resources.get("memory", 0)
+            label = self.keys.get("memory", f"farm.memory_per_rollout={self.memory_bytes}")
+            found[f"{label} of {memory / 2**30:.1f} GiB"] = int(memory // self.memory_bytes)
         if self.max_per_node:
-            limits.append(self.max_per_node)
-        return max(1, min(limits))
+            found[f"farm.max_per_node={self.max_per_node}"] = self.max_per_node
+        return found
+
+    def capacity(self, node_resources: dict[str, float], ceiling: int) -> int:
+        return max(1, min([ceiling, *self.limits(node_resources).values()]))
+
+    def binding(self, node_resources: dict[str, float], ceiling: int) -> str:
+        """What sets a node's slots: the tightest of its limits, or ``run.concurrency=N`` when none is tighter."""
+        limits = self.limits(node_resources)
+        tightest = min(limits, key=limits.__getitem__, default=None)
+        return tightest if tightest is not None and limits[tightest] < ceiling else f"run.concurrency={ceiling}"
 
     def workers(self, node_resources: dict[str, float], capacity: int) -> list[int]:
         """The node's slots split among its worker processes (one event loop each)."""
@@ -69,6 +87,8 @@ class Node:
     starting: asyncio.Task | None = None
     ran: int = 0
     lost_workers: list[str] = field(default_factory=list)
+    bound_by: str = ""
+    """What sets the node's slots (``Resources.binding``), said when the farm describes its nodes."""
     sick: str | None = None
     """Why the node gets no rollouts although it is alive (``cluster.placement.health``), or None."""
     strikes: int = 0
@@ -98,14 +118,34 @@ def parse_memory(text: str | None) -> int | None:
 
 
 def describe_nodes(nodes: Iterable[Node]) -> str:
-    """``2 node(s), slots per node: 1a2b3c4dx8, 5e6f7a8bx8 (2 workers)``."""
-    per_node: dict[str, list[int]] = {}
+    """``2 nodes: node 1a2b3c4d runs up to 8 rollouts at once (runtime.cpus=1.0 on 8 CPUs), node 5e6f7a8b up to 8
+    (2 worker processes; ...)``."""
+    per_node: dict[str, list[Node]] = {}
     for n in nodes:
         if n.alive:
-            per_node.setdefault(n.node_id, []).append(n.capacity)
-    parts = [f"{node_id[:8]}x{sum(slots)}" + (f" ({len(slots)} workers)" if len(slots) > 1 else "")
-             for node_id, slots in per_node.items()]
-    return f"{len(parts)} node(s), slots per node: {', '.join(parts)}"
+            per_node.setdefault(n.node_id, []).append(n)
+    parts = []
+    for k, (node_id, shares) in enumerate(per_node.items()):
+        why = [f"{len(shares)} worker processes"] if len(shares) > 1 else []
+        why += [shares[0].bound_by] if shares[0].bound_by else []
+        runs = "runs up to " if k == 0 else "up to "
+        parts.append(f"node {node_id[:8]} {runs}{sum(n.capacity for n in shares)}"
+                     + (" rollouts at once" if k == 0 else "") + (f" ({'; '.join(why)})" if why else ""))
+    return f"{len(parts)} node{'s' if len(parts) != 1 else ''}: {', '.join(parts)}"
+
+
+def fewer_than_asked(nodes: Iterable[Node], concurrency: int) -> str | None:
+    """One line when the nodes run fewer rollouts at once than ``run.concurrency`` asks, naming what binds each
+    and the keys that change it; None when they run as many."""
+    alive = [n for n in nodes if n.alive]
+    slots = sum(n.capacity for n in alive)
+    if slots >= concurrency:
+        return None
+    bound = sorted({n.bound_by for n in alive if n.bound_by})
+    return (f"farm: {slots} rollout(s) at once, not the {concurrency} run.concurrency asks: "
+            f"bound by {', '.join(bound) or 'the nodes'}. farm.cpus_per_rollout and farm.memory_per_rollout "
+            "reserve what one rollout takes on a node (a container's own limits stay its runtime's), "
+            "farm.max_per_node caps it")
 
 
 def running(nodes: Iterable[Node]) -> int:

@@ -98,6 +98,7 @@ class Driver:
         self.progress = Progress(total, already_done=plan.done_count + plan.final_failed_count)
         self.finished: list[RolloutResult] = []
         self.in_flight = 0
+        self.peak_in_flight = 0
         self.tracker = LiveTracker()
         """The attempts in flight, updated by their events (the rows of backends without their own ``live()``)."""
         self.live_dir = Path(live_dir) if live_dir is not None else store.run_dir
@@ -195,6 +196,7 @@ class Driver:
         while True:
             meta = rollout_meta(self.run_id, task, sample, attempt, self.base_seed)
             self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             key = self.tracker.start(meta)
             t0 = time.perf_counter()
             try:
@@ -209,6 +211,12 @@ class Driver:
             if not can_retry(result) or attempt >= limit:
                 return result
             attempt += 1
+
+    @property
+    def reached(self) -> int:
+        """The most rollouts that ran at once: the backend's count where some of those sent wait on a worker."""
+        peak = self.backend.peak_running()
+        return min(self.peak_in_flight, peak) if peak is not None else self.peak_in_flight
 
     def _observers(self, meta: RequestMeta) -> list[events.Observer]:
         if not self.write_trajectories:

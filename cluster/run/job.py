@@ -123,7 +123,7 @@ def prepare(
 def harbor_tasks(path: Path, raw: dict[str, Any]) -> tuple[list[Task], str | None]:
     """A Harbor task directory's tasks, checked against the run's environment before any work (their networks),
     and the run's one warning about the task.toml keys not honoured here."""
-    tasks = load_harbor_tasks(path)
+    tasks = load_harbor_tasks(path, ids=(raw.get("dataset") or {}).get("ids"))
     environment = raw.get("environment") or {}
     if environment.get("type") != "harbor":
         raise ConfigError("a harbor dataset runs in environment.type harbor (with verifier.type harbor)",
@@ -207,6 +207,8 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
                         startup=job.clock.split(driver.first_call if driver else None))
     summary["run_id"] = job.run_id
     summary["run_dir"] = str(job.run_dir)
+    if driver is not None and driver.ran:
+        summary["concurrency"] = {"asked": job.config.run.concurrency, "reached": driver.reached}
     summary["nodes_lost"] = assembly.backend.lost_nodes() if assembly.backend is not None else []
     summary["transfers"] = assembly.backend.transfers if assembly.backend is not None else None
     swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw), latest)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from rollout.models.client.config import OpenAIModelConfig
@@ -26,14 +27,39 @@ CHAT_PATH = "/v1/chat/completions"
 RELEASE_PATH = "/v1/sessions/release"
 
 
+class _AtLeast(logging.Filter):
+    def __init__(self, level: int):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level
+
+
+def quiet_serve_logs(level: str) -> None:
+    """Serve's own logger in this process at ``level`` (a filter too: Serve sets its logger's level itself when its
+    router starts)."""
+    logger = logging.getLogger("ray.serve")
+    number = logging.getLevelName(level.upper())
+    number = number if isinstance(number, int) else logging.WARNING
+    logger.setLevel(number)
+    for old in [f for f in logger.filters if isinstance(f, _AtLeast)]:
+        logger.removeFilter(old)
+    logger.addFilter(_AtLeast(number))
+
+
 class HandleModel(OpenAIModel):
     """``OpenAIModel`` with its chat completions sent through a ``DeploymentHandle`` of ``deployment`` in
     application ``app`` (the method ``method`` of its replicas). Safe to share across the rollouts of a process;
     a pickled copy makes its own handle."""
 
-    def __init__(self, config: OpenAIModelConfig, app: str, deployment: str, method: str = "post"):
+    def __init__(self, config: OpenAIModelConfig, app: str, deployment: str, method: str = "post",
+                 log_level: str = "WARNING"):
         super().__init__(config)
         self.app, self.deployment, self.method = app, deployment, method
+        self.log_level = log_level
+        """Of Serve's own logger in this process (``serve.log_level``): its router's INFO lines (long-poll client
+        started, router initialised, ring rebuilt) would otherwise reach the run's terminal from every worker."""
         self._handle: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -44,6 +70,7 @@ class HandleModel(OpenAIModel):
         if self._handle is None:
             from ray import serve
 
+            quiet_serve_logs(self.log_level)
             self._handle = serve.get_deployment_handle(self.deployment, self.app).options(method_name=self.method)
         return self._handle.options(session_id=session) if session else self._handle
 

@@ -60,7 +60,12 @@ def write_png(data: dict[str, Any], path: Path) -> Path:
 def _histogram(ax: Any, hist: dict[str, Any], unit: str, color: str) -> None:
     if not hist["n"]:
         return _empty(ax, "no completed rollouts")
-    ax.bar(hist["centers"], hist["counts"], width=hist["width"] * 0.9, color=color)
+    if len(hist["counts"]) == 1:  # one value: one bar named by it, not a bin over a range made up around it
+        ax.bar([0], hist["counts"], width=0.5, color=color)
+        ax.set_xticks([0], [f"{hist['centers'][0]:.4g}"])
+        ax.set_xlim(-1.5, 1.5)
+    else:
+        ax.bar(hist["centers"], hist["counts"], width=hist["width"] * 0.9, color=color)
     ax.set_xlabel(f"{unit}  (n={hist['n']}, mean {hist['mean']:.3g})")
     ax.set_ylabel("rollouts")
     _whole_numbers(ax.yaxis)

@@ -56,8 +56,9 @@ class NodeMembership:
         for node_id, info in alive.items():
             if (node_id, 0) not in self.nodes:
                 capacity = self.resources.capacity(info["Resources"], self.concurrency)
+                bound_by = self.resources.binding(info["Resources"], self.concurrency)
                 for index, share in enumerate(self.resources.workers(info["Resources"], capacity)):
-                    node = self.nodes[(node_id, index)] = Node(node_id, share, index=index)
+                    node = self.nodes[(node_id, index)] = Node(node_id, share, index=index, bound_by=bound_by)
                     self._start_worker(node)
         for node in self.nodes.values():
             if node.alive and node.node_id not in alive:

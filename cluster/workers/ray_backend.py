@@ -22,7 +22,7 @@ from ray.exceptions import RayActorError
 from cluster.backends.seam import Backend
 from cluster.placement.health import NodeHealth
 from cluster.placement.locality import ImageLocality
-from cluster.placement.slots import Node, Resources, describe_nodes, queue_on, running
+from cluster.placement.slots import Node, Resources, describe_nodes, fewer_than_asked, queue_on, running
 from cluster.transfer.setup import open_transfer, transfer_summary
 from cluster.workers.channel import WorkerGone, retrieve
 from cluster.workers.membership import NodeMembership
@@ -53,6 +53,8 @@ class RayBackend(NodeMembership, Backend):
         self.transfer: Any = None
         self.files: Any = None
         self.transfers: dict[str, Any] | None = None
+        self.peak = 0
+        """The most rollouts that ran at once (a worker runs at most its slots)."""
         """What reached the nodes (``cluster.transfer.setup.transfer_summary``), once closed."""
         self.run_id, self.resources, self.concurrency = run_id, resources, concurrency
         self.deadline, self.run_dir, self.engines, self.name, self.out = deadline, run_dir, engines, name, out
@@ -79,6 +81,9 @@ class RayBackend(NodeMembership, Backend):
                                " to run rollouts on")
         await asyncio.gather(*(n.starting for n in self.nodes.values() if n.starting is not None),
                              return_exceptions=True)
+        fewer = fewer_than_asked(self.nodes.values(), self.concurrency)
+        if fewer is not None:
+            print(fewer, file=self.out, flush=True)
         self._refresher = asyncio.create_task(self._refresh_loop())
         return self
 
@@ -193,6 +198,7 @@ class RayBackend(NodeMembership, Backend):
                         best = queue_on(self.nodes.values(), image, avoid)
                     if best is not None:
                         best.used += 1
+                        self.peak = max(self.peak, self.running())
                         self.locality.sent(best, image)
                         if image is not None and any(n.free > 0 for n in self.nodes.values()):
                             self._changed.notify_all()  # a node it left to this rollout may now be someone's
@@ -212,6 +218,9 @@ class RayBackend(NodeMembership, Backend):
         """Rollouts the driver may send beyond the running ones: each worker holds up to one per slot, waiting
         there to start the moment a slot frees (``cluster.workers.mailbox``)."""
         return self.concurrency
+
+    def peak_running(self) -> int | None:
+        return self.peak
 
     def running(self) -> int:
         """Rollouts running now (a worker runs at most its slots; the rest of what it was sent waits there)."""

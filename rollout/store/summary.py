@@ -134,6 +134,9 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary.get("rollouts_per_second"):
         rate = f"{summary['rollouts_per_second']:.2f} rollouts/s over {summary['wall_seconds']:.0f}s"
         rows.append(("throughput", rate))
+    if summary.get("concurrency"):
+        reached, asked = summary["concurrency"]["reached"], summary["concurrency"]["asked"]
+        rows.append(("concurrency", f"{reached} at once at most (run.concurrency={asked})"))
     if summary.get("startup"):
         rows.append(("start-up", format_startup(summary["startup"])))
     if summary.get("report"):

@@ -117,7 +117,7 @@ class ScriptedApp(ServeApp):
 
         if not ray.is_initialized() or ray_client.is_connected():  # a Ray client (ray://) keeps the HTTP face
             return None
-        return HandleModel(model.config, section.name, DEPLOYMENT)
+        return HandleModel(model.config, section.name, DEPLOYMENT, log_level=section.log_level)
 
     def in_process(self, section: ServeSection) -> dict[str, Any] | None:
         return {"policy": section.policy, "latency": section.latency, "faults": section.faults}

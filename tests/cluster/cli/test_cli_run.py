@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -240,6 +241,10 @@ def test_a_ray_run_deploys_its_model_while_the_worker_starts_and_prints_the_spli
     assert startup["seconds"] >= startup["parts"]["ray"] + startup["parts"]["serve"]
     assert "start-up" in done.stdout and "(side by side: " in done.stdout
     assert "Deleting app ['split-test']" in done.stderr  # the app goes with the run
+    # the workers' own Serve router lines (long-poll client started, router initialised) stay out of the terminal
+    assert not re.search(r"\(NodeWorker[^)]*\)\S*\s+INFO[^\n]* serve ", done.stderr), done.stderr[-3000:]
+    assert 1 <= summary["concurrency"]["reached"] <= summary["concurrency"]["asked"] == 2
+    assert "concurrency" in done.stdout and "(run.concurrency=2)" in done.stdout
 
 
 def test_local_plays_a_scripted_serve_app_in_this_process_and_starts_no_ray(tmp_path):

@@ -188,3 +188,21 @@ def test_long_instance_labels_show_whole_under_their_bars(finished_run, tmp_path
         assert label["title"] == label["text"] and not label["clipped"] and label["inside"] and label["on_top"], label
     boxes = sorted(label["rect"] for label in labels)
     assert all(a[2] <= b[0] for a, b in zip(boxes, boxes[1:])), boxes  # side by side, none over another
+
+
+def test_a_distribution_of_one_value_is_one_bar_named_by_it():
+    """Every reward 1.0 is one bar labelled 1, not a bin drawn over a range made up around it (0.925–1.075); a
+    spread of values keeps its bins."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from cluster.web.report_data import histogram
+    from cluster.web.report_png import _histogram
+
+    one = Figure().add_subplot()
+    _histogram(one, histogram([1.0] * 12), "reward", "#7c3aed")
+    assert [t.get_text() for t in one.get_xticklabels()] == ["1"]
+    assert [p.get_height() for p in one.patches] == [12]
+    spread = Figure().add_subplot()
+    _histogram(spread, histogram([0.0, 0.5, 1.0, 1.0]), "reward", "#7c3aed")
+    assert len(spread.patches) == 12 and sum(p.get_height() for p in spread.patches) == 4

@@ -194,6 +194,26 @@ def test_slots_split_among_workers_by_default_only_past_a_thousand():
     assert Resources(workers_per_node=4).workers({"CPU": 4}, 2) == [1, 1], "never a worker without a slot"
 
 
+def test_fewer_rollouts_at_once_than_asked_is_said_once_naming_what_binds():
+    """A node of 2 CPUs running containers of ``runtime.cpus: 1`` takes 2 rollouts at once, not the 64 asked: the
+    farm says so in words, with the key that binds and the keys that would change it; as many as asked: nothing."""
+    from cluster.placement.slots import Node, Resources, describe_nodes, fewer_than_asked
+
+    node = {"CPU": 2.0, "memory": 16 * 2**30}
+    taken = Resources(cpus=1.0, memory_bytes=2**30, keys={"cpus": "runtime.cpus=1", "memory": "runtime.memory=1g"})
+    assert taken.limits(node) == {"runtime.cpus=1 on 2 CPUs": 2, "runtime.memory=1g of 16.0 GiB": 16}
+    assert (taken.capacity(node, 64), taken.binding(node, 64)) == (2, "runtime.cpus=1 on 2 CPUs")
+    nodes = [Node("560d6590aa", taken.capacity(node, 64), actor=object(), bound_by=taken.binding(node, 64))]
+    assert describe_nodes(nodes) == "1 node: node 560d6590 runs up to 2 rollouts at once (runtime.cpus=1 on 2 CPUs)"
+    line = fewer_than_asked(nodes, 64)
+    assert line.startswith("farm: 2 rollout(s) at once, not the 64 run.concurrency asks: bound by runtime.cpus=1")
+    assert "farm.cpus_per_rollout" in line and "farm.memory_per_rollout" in line
+    reserved = Resources(cpus=0.03125, memory_bytes=2**27, keys={"cpus": "farm.cpus_per_rollout=0.03125"})
+    nodes = [Node("560d6590aa", reserved.capacity(node, 64), actor=object(), bound_by=reserved.binding(node, 64))]
+    assert nodes[0].capacity == 64 and nodes[0].bound_by == "run.concurrency=64"
+    assert fewer_than_asked(nodes, 64) is None
+
+
 def test_a_stream_leaves_the_farms_group_policy_to_a_generate_beside_it():
     """A stream yields every member (its own policy masks) while a generate on the same farm, at the same time,
     still drops a failed group as the farm's policy says."""

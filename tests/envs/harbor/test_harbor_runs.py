@@ -185,3 +185,22 @@ def test_the_images_command_builds_task_images_ahead(base_image, tmp_path, capsy
     assert f"fix-fizzbuzz: {tag} " in out and "1 of 2 task images ready, 1 failed" in out
     assert "missing-base: environment/Dockerfile: FROM rollout-farm/never-built:2 is not an image of this" in err
     assert subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+
+
+def test_check_tasks_names_every_task_it_cannot_run_and_checks_the_others(base_image, tmp_path, capsys):
+    """As a linter does: a task asking for a network the run does not give, and one whose task.toml does not parse,
+    are each named with the reason; the task that can run is checked; the exit code is 1."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(HARBOR / "tasks" / "hello-file", tasks / "hello-file")
+    shutil.copytree(HARBOR / "tasks" / "hello-file", tasks / "wants-network")
+    toml = tasks / "wants-network" / "task.toml"
+    toml.write_text(toml.read_text().replace('network_mode = "no-network"', 'network_mode = "public"'))
+    shutil.copytree(HARBOR / "tasks" / "hello-file", tasks / "bad-toml")
+    (tasks / "bad-toml" / "task.toml").write_text("schema_version = [unclosed\n")
+    assert check_tasks.main([str(tasks), "--out", str(tmp_path / "out")]) == 1
+    report = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in report.splitlines() if line and not line.startswith("task ")}
+    assert "not run:" in lines["wants-network"] and "network" in lines["wants-network"]
+    assert "not run:" in lines["bad-toml"] and "task.toml" in lines["bad-toml"]
+    assert lines["hello-file"].rstrip().endswith("ok")  # checked all the same: oracle 1, nop 0
+    assert "1 of 3 tasks pass" in report and "check: bad-toml, wants-network" in report
