@@ -32,6 +32,8 @@ class RolloutContext:
         self.emitter = Emitter(observers, self.meta.rollout_id, self.meta.task_id)
         self.trajectory = Trajectory()
         self.sampling = dict(sampling or {})
+        self.timings: dict[str, float] = {}
+        """Seconds of the attempt's parts measured here (``reset``), copied into the result's ``timings``."""
         if self.meta.seed is not None:
             self.sampling.setdefault("seed", self.meta.seed)
 
@@ -48,7 +50,8 @@ class RolloutContext:
         t0 = time.perf_counter()
         reset = await env.reset(task)
         self.termination.start_clock()  # image builds and container starts are not the agent's time
-        self.emitter.emit(events.ENV_READY, seconds=time.perf_counter() - t0)
+        self.timings["reset"] = time.perf_counter() - t0
+        self.emitter.emit(events.ENV_READY, seconds=self.timings["reset"])
         return reset
 
     async def query(self, model: Model, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> Step:

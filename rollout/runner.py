@@ -57,6 +57,7 @@ async def run_rollout(
         outcome = await run_stages(agent, task, model, env, ctx, outcome)  # a task in stages
         t_agent = time.perf_counter()
         result = _result(task, meta, ctx, outcome)
+        result.timings.update(ctx.timings)
         result.timings["agent"] = t_agent - t0
         if result.status == "completed":
             # Before close: a verifier may look inside the environment (a check command in its workspace).

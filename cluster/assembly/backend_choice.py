@@ -12,7 +12,7 @@ from cluster.backends.local import LocalBackend
 from cluster.backends.seam import Backend, WorkerSource
 from cluster.compose import Composer
 from cluster.config.run_config import RunConfig
-from cluster.placement.slots import Resources, parse_memory
+from cluster.placement.slots import RESERVED_CPUS, RESERVED_MEMORY, Resources, parse_memory
 from cluster.transfer.setup import ImagesSection
 from cluster.workers.in_process import InProcessBackend
 from rollout.config.components import RunsContainers, TimesGrading
@@ -68,24 +68,32 @@ def default_deadline(composer: Composer) -> float | None:
 
 
 def rollout_resources(config: RunConfig, composer: Composer) -> Resources:
-    """What one rollout takes on a node: ``farm.cpus_per_rollout``/``memory_per_rollout``, else the largest
-    container runtime's ``cpus``/``memory`` (runtimes without containers take nothing countable)."""
-    cpus = config.farm.cpus_per_rollout
-    memory = parse_memory(config.farm.memory_per_rollout)
-    keys = {"cpus": f"farm.cpus_per_rollout={cpus:g}"} if cpus is not None else {}
+    """What one rollout takes on a node: ``farm.cpus_per_rollout``/``memory_per_rollout``; without them, a rollout
+    in a container reserves ``RESERVED_CPUS``/``RESERVED_MEMORY`` (or its container's limits, when smaller), and
+    runtimes without containers nothing countable."""
+    farm = config.farm
+    cpus, memory, keys = farm.cpus_per_rollout, parse_memory(farm.memory_per_rollout), {}
+    if cpus is not None:
+        keys["cpus"] = f"farm.cpus_per_rollout={cpus:g}"
     if memory is not None:
-        keys["memory"] = f"farm.memory_per_rollout={config.farm.memory_per_rollout}"
-    for profile in composer.profiles.values():
-        runtime = profile.runtime.config if profile.runtime is not None else None
-        if not isinstance(runtime, RunsContainers):
-            continue
-        if config.farm.cpus_per_rollout is None and float(runtime.cpus) > (cpus or 0.0):
-            cpus, keys["cpus"] = float(runtime.cpus), f"runtime.cpus={float(runtime.cpus):g}"
-        if config.farm.memory_per_rollout is None and (parse_memory(runtime.memory) or 0) > (memory or 0):
-            memory, keys["memory"] = parse_memory(runtime.memory), f"runtime.memory={runtime.memory}"
-    return Resources(cpus=cpus, memory_bytes=memory, max_per_node=config.farm.max_per_node,
-                     workers_per_node=config.farm.workers_per_node, node_resources=dict(config.farm.node_resources),
-                     keys=keys)
+        keys["memory"] = f"farm.memory_per_rollout={farm.memory_per_rollout}"
+    limits = [profile.runtime.config for profile in composer.profiles.values() if profile.runtime is not None]
+    for runtime in (limit for limit in limits if isinstance(limit, RunsContainers)):
+        if farm.cpus_per_rollout is None:
+            own = float(runtime.cpus) < RESERVED_CPUS
+            found = float(runtime.cpus) if own else RESERVED_CPUS
+            if found > (cpus or 0.0):
+                cpus = found
+                keys["cpus"] = f"runtime.cpus={found:g}" if own else f"farm.cpus_per_rollout={found:g} (its default)"
+        if farm.memory_per_rollout is None:
+            own = (parse_memory(runtime.memory) or 0) < parse_memory(RESERVED_MEMORY)
+            found = parse_memory(runtime.memory) if own else parse_memory(RESERVED_MEMORY)
+            if found > (memory or 0):
+                memory = found
+                keys["memory"] = (f"runtime.memory={runtime.memory}" if own
+                                  else f"farm.memory_per_rollout={RESERVED_MEMORY} (its default)")
+    return Resources(cpus=cpus, memory_bytes=memory, max_per_node=farm.max_per_node,
+                     workers_per_node=farm.workers_per_node, node_resources=dict(farm.node_resources), keys=keys)
 
 
 def ray_available() -> None:

@@ -58,8 +58,8 @@ class CapsOutput(Protocol):
 @runtime_checkable
 class RunsContainers(Protocol):
     """A runtime section whose runtimes are containers of an engine's daemon (docker, podman): what a crashed run
-    left there is reaped when the next run starts, and each container's limits are what a rollout takes on a node
-    unless the farm says otherwise."""
+    left there is reaped when the next run starts, and a rollout reserves on a node no more than its container's
+    limits (``cluster.placement.slots.RESERVED_CPUS``)."""
 
     cpus: float
     """The container's CPU limit."""

@@ -76,6 +76,14 @@ class DockerRuntimeConfig(StrictModel):
     """Containers of this config kept started ahead in this process, so a rollout's first command does
     not wait for a container start (0: none). Each is handed to one rollout only; the pool refills in
     the background and is emptied when the run ends."""
+    start_limit: int = Field(8, ge=1)
+    """Container starts (create + start) in flight at once on one engine from one worker process; more wait their
+    turn, first come first served, so a burst of rollouts never lands on the daemon in one instant."""
+    start_rate: float | None = Field(20.0, gt=0)
+    """Container starts begun per second on one engine from one worker process (None: no pacing)."""
+    start_retries: int = Field(3, ge=0)
+    """Times a start the engine failed under load (its own error, a dropped connection, a timeout) is tried
+    again, after 0.5 s, 1 s, 2 s..., before the attempt fails as infrastructure (and the driver runs it again)."""
     run_id: str | None = None
     """Run id label (``rollout-farm.run``); the composition layer passes it as ``run_id=``."""
     rollout_id: str | None = None

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envs.runtimes import warm_pool
-from envs.runtimes.docker import containers, engines, start as docker_start
+from envs.runtimes.docker import containers, engines, start as docker_start, start_gate
 from envs.runtimes.docker.commands import WRAPPER, ExecJob
 from envs.runtimes.docker.config import DockerRuntimeConfig
 from envs.runtimes.docker.engines import explain, status
@@ -70,7 +70,10 @@ class DockerRuntime:
             self._adopt(await self._pool().acquire())
         elif self.container_id is None:
             containers.install_hooks()  # here, on the loop's thread: a signal handler needs the main thread
-            await engines.in_pool(self._start_blocking)
+            cfg = self.config
+            gate = start_gate.gate_for(self.engine, cfg.base_url, cfg.start_limit, cfg.start_rate)
+            await gate.run(lambda: engines.in_pool(self._start_blocking), retries=cfg.start_retries,
+                           engine=self.engine, before_retry=lambda: engines.in_pool(self._remove_half_started))
 
     def _pool(self) -> warm_pool.WarmPool:
         cfg = self.config.model_copy(update={"warm_pool": 0, "rollout_id": None})
@@ -198,10 +201,24 @@ class DockerRuntime:
             self._remove()
 
     def _pull(self, api: Any) -> None:
-        try:
-            api.pull(self.config.image)
-        except Exception as exc:
-            raise docker_start.start_error(exc, self.config.image, self.engine) from exc
+        """Pull the image, once: rollouts that miss it at the same moment wait for the first one's pull."""
+        image = self.config.image
+        with docker_start.pull_lock(self.engine, self.config.base_url, image):
+            try:
+                api.inspect_image(image)
+                return  # another rollout's pull brought it while this one waited
+            except Exception:  # noqa: BLE001 - not there yet: pull it
+                pass
+            try:
+                api.pull(image)
+            except Exception as exc:
+                raise docker_start.start_error(exc, image, self.engine) from exc
+
+    def _remove_half_started(self) -> None:
+        """Before a start is tried again: the engine may have created the container although its answer was lost
+        (a timeout), and the retry takes the same name."""
+        api = engines.client(self.engine, self.config.base_url).api
+        docker_start.quiet_remove(api, self.name)
 
     def _guarded(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` with engine errors turned into ``RuntimeFailure`` (the container is gone, or the engine)."""

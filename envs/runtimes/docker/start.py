@@ -32,6 +32,7 @@ NOTE_SCOPE_ENV = "ROLLOUT_FARM_NOTE_SCOPE"
 
 _disk_support: dict[tuple[str, str | None], bool] = {}
 _disk_lock = threading.RLock()
+_pull_locks: dict[tuple[str, str | None, str], threading.Lock] = {}
 
 
 def container_name(run_id: str, rollout_id: str) -> str:
@@ -163,6 +164,12 @@ def start_error(exc: BaseException, image: str, engine: str) -> ContainerStartEr
             False,
         )
     return ContainerStartError(f"cannot start a {engine} container from {image!r}: {explain(exc)}")
+
+
+def pull_lock(engine: str, base_url: str | None, image: str) -> threading.Lock:
+    """The lock one image's pull holds on one engine in this process: two rollouts never pull it at once."""
+    with _disk_lock:
+        return _pull_locks.setdefault((engine, base_url, image), threading.Lock())
 
 
 def quiet_remove(api: Any, container_id: str) -> None:

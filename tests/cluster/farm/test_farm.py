@@ -10,6 +10,11 @@ import time
 import pytest
 
 from cluster import RolloutFarm
+from cluster.assembly.backend_choice import rollout_resources
+from cluster.compose import Composer
+from cluster.config.run_config import RunConfig
+from cluster.placement.slots import Node, Resources, describe_nodes, fewer_than_asked
+from rollout.config.load import validate
 
 pytestmark = [pytest.mark.ray]
 
@@ -185,7 +190,6 @@ def test_a_node_split_among_workers_uses_every_worker(ray_cluster):
 
 
 def test_slots_split_among_workers_by_default_only_past_a_thousand():
-    from cluster.placement.slots import Resources
 
     assert Resources().workers({"CPU": 2}, 256) == [256]
     assert Resources().workers({"CPU": 2}, 10_000) == [5000, 5000]
@@ -194,22 +198,45 @@ def test_slots_split_among_workers_by_default_only_past_a_thousand():
     assert Resources(workers_per_node=4).workers({"CPU": 4}, 2) == [1, 1], "never a worker without a slot"
 
 
-def test_fewer_rollouts_at_once_than_asked_is_said_once_naming_what_binds():
-    """A node of 2 CPUs running containers of ``runtime.cpus: 1`` takes 2 rollouts at once, not the 64 asked: the
-    farm says so in words, with the key that binds and the keys that would change it; as many as asked: nothing."""
-    from cluster.placement.slots import Node, Resources, describe_nodes, fewer_than_asked
+def reserved(runtime: dict, **farm) -> Resources:
+    raw = {"model": {"type": "scripted", "outputs": ["hi"]}, "agent": {"type": "mini_swe"},
+           "environment": {"type": "shell"}, "runtime": runtime, "dataset": {"path": "-"}, "farm": farm}
+    run_config = validate(RunConfig, raw)
+    return rollout_resources(run_config, Composer(run_config))
 
+
+def test_a_sandbox_reserves_what_it_uses_not_its_containers_limits():
+    """The SWE demo's container (``cpus: 1``, ``memory: 1g``) on a node of 2 CPUs and 16 GiB: 64 rollouts at once
+    from the farm's default reservation, not 2 from the container's CPU limit; a container capped below the default
+    reserves its own cap; the farm's keys win; a runtime without containers reserves nothing countable."""
     node = {"CPU": 2.0, "memory": 16 * 2**30}
-    taken = Resources(cpus=1.0, memory_bytes=2**30, keys={"cpus": "runtime.cpus=1", "memory": "runtime.memory=1g"})
-    assert taken.limits(node) == {"runtime.cpus=1 on 2 CPUs": 2, "runtime.memory=1g of 16.0 GiB": 16}
-    assert (taken.capacity(node, 64), taken.binding(node, 64)) == (2, "runtime.cpus=1 on 2 CPUs")
+    demo = reserved({"type": "docker", "cpus": 1.0, "memory": "1g"})
+    assert (demo.capacity(node, 64), demo.binding(node, 64)) == (64, "run.concurrency=64")
+    assert demo.limits(node) == {"farm.cpus_per_rollout=0.03125 (its default) on 2 CPUs": 64,
+                                 "farm.memory_per_rollout=128m (its default) of 16.0 GiB": 128}
+    tiny = reserved({"type": "docker", "cpus": 0.01, "memory": "64m"})
+    assert (tiny.cpus, tiny.memory_bytes) == (0.01, 64 * 2**20)
+    assert (tiny.capacity(node, 1000), tiny.binding(node, 1000)) == (200, "runtime.cpus=0.01 on 2 CPUs")
+    asked = reserved({"type": "docker", "cpus": 1.0}, cpus_per_rollout=0.5, memory_per_rollout="256m")
+    assert (asked.capacity(node, 64), asked.binding(node, 64)) == (4, "farm.cpus_per_rollout=0.5 on 2 CPUs")
+    assert reserved({"type": "local", "allow_host_exec": True}).limits(node) == {}
+
+
+def test_fewer_rollouts_at_once_than_asked_is_said_once_naming_what_binds():
+    """A node of 2 CPUs whose rollouts reserve ``runtime.cpus: 1`` takes 2 rollouts at once, not the 64 asked: the
+    farm says so in words, with the key that binds and the keys that would change it; as many as asked: nothing."""
+    node = {"CPU": 2.0, "memory": 16 * 2**30}
+    taken = reserved({"type": "docker", "cpus": 1.0, "memory": "1g"}, cpus_per_rollout=1.0)
+    assert (taken.capacity(node, 64), taken.binding(node, 64)) == (2, "farm.cpus_per_rollout=1 on 2 CPUs")
     nodes = [Node("560d6590aa", taken.capacity(node, 64), actor=object(), bound_by=taken.binding(node, 64))]
-    assert describe_nodes(nodes) == "1 node: node 560d6590 runs up to 2 rollouts at once (runtime.cpus=1 on 2 CPUs)"
+    assert describe_nodes(nodes) == ("1 node: node 560d6590 runs up to 2 rollouts at once "
+                                     "(farm.cpus_per_rollout=1 on 2 CPUs)")
     line = fewer_than_asked(nodes, 64)
-    assert line.startswith("farm: 2 rollout(s) at once, not the 64 run.concurrency asks: bound by runtime.cpus=1")
+    assert line.startswith("farm: 2 rollout(s) at once, not the 64 run.concurrency asks: "
+                           "bound by farm.cpus_per_rollout=1 on 2 CPUs")
     assert "farm.cpus_per_rollout" in line and "farm.memory_per_rollout" in line
-    reserved = Resources(cpus=0.03125, memory_bytes=2**27, keys={"cpus": "farm.cpus_per_rollout=0.03125"})
-    nodes = [Node("560d6590aa", reserved.capacity(node, 64), actor=object(), bound_by=reserved.binding(node, 64))]
+    default = reserved({"type": "docker", "cpus": 1.0, "memory": "1g"})
+    nodes = [Node("560d6590aa", default.capacity(node, 64), actor=object(), bound_by=default.binding(node, 64))]
     assert nodes[0].capacity == 64 and nodes[0].bound_by == "run.concurrency=64"
     assert fewer_than_asked(nodes, 64) is None
 

@@ -22,7 +22,7 @@ SCRIPT = Path(__file__).with_name("multinode_run.py")
 DATASET = REPO / "configs" / "data" / "local_demo.jsonl"
 SHELL_TASKS = 3  # the demo dataset's default-profile tasks
 SAMPLES = 8
-SLOTS_PER_NODE = 4  # 2 CPUs per node / runtime.cpus 0.5
+SLOTS_PER_NODE = 4  # 2 CPUs per node / farm.cpus_per_rollout 0.5
 
 CONFIG = """\
 run_id: {run_id}
@@ -34,6 +34,7 @@ runtime: {{type: docker, image: {image}, cpus: 0.5, memory: 256m}}
 verifier: {{type: check_command}}
 dataset: {{path: {dataset}, pattern: "^shell-"}}
 run: {{samples: {samples}, concurrency: 16, max_attempts: 3, progress_interval: 2}}
+farm: {{cpus_per_rollout: 0.5}}
 output: {{dir: {run_id}}}
 """
 
