@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 BACKEND_LIVE_TIMEOUT = 5.0
 """Seconds to wait for a backend's ``live()`` rows before writing the live view from what the driver knows."""
+RETRY_BACKOFF = 1.0
+"""Seconds before an infrastructure failure's next attempt, doubled for each further one up to ``RETRY_BACKOFF_MAX``
+(with jitter): an engine or a node that failed many rollouts at once is not met by all of them again at once."""
+RETRY_BACKOFF_MAX = 30.0
 STOP_GRACE = 60.0
 """Seconds the cancelled rollouts (a runtime closing its containers) and the ticker may take to end when the run
 stops; the driver then goes on without them, so the summary is written and the run's lock released."""
@@ -45,6 +50,11 @@ class ResultStore(Protocol):
     """The run directory live.json goes to; None for a store without one."""
 
     def append(self, result: RolloutResult, trajectory: bool = True) -> RolloutResult: ...
+
+
+def retry_backoff(retried: int) -> float:
+    """Seconds before the next attempt, after ``retried`` earlier retries in this run (0: the first retry)."""
+    return min(RETRY_BACKOFF_MAX, RETRY_BACKOFF * 2 ** max(0, retried)) * random.uniform(0.5, 1.0)
 
 
 def rollout_meta(run_id: str, task: Task, sample: int, attempt: int, base_seed: int) -> RequestMeta:
@@ -122,7 +132,8 @@ class Driver:
         if rows is None:
             rows = self.tracker.rows() if self.state == live.RUNNING else []
         return live.live_document(self.run_id, self.progress.snapshot(), list(rows), in_flight=self.in_flight,
-                                  state=self.state, started_at=self.started_at, interval=self.live_interval)
+                                  state=self.state, started_at=self.started_at, interval=self.live_interval,
+                                  limits=self.backend.node_limits(live.LIMIT_CHANGES))
 
     def status_line(self) -> str:
         """The progress line; in a log it names the run, on a terminal the width goes to the numbers."""
@@ -167,7 +178,8 @@ class Driver:
             self.display.end()
             self._write_live(live.live_document(
                 self.run_id, self.progress.snapshot(), [], in_flight=0, state=self.state,
-                started_at=self.started_at, interval=self.live_interval))
+                started_at=self.started_at, interval=self.live_interval,
+                limits=self.backend.node_limits(live.LIMIT_CHANGES)))
         return self.finished
 
     async def _worker(self, queue: asyncio.Queue) -> None:
@@ -193,6 +205,7 @@ class Driver:
     async def _until_final(self, task: Task, sample: int, attempt: int) -> RolloutResult:
         limit = self.plan.attempt_limit(task.task_id, sample)
         history = list(self.plan.attempt_history(task.task_id, sample))
+        retried, waited = 0, 0.0
         while True:
             meta = rollout_meta(self.run_id, task, sample, attempt, self.base_seed)
             self.in_flight += 1
@@ -205,12 +218,16 @@ class Driver:
                 self.in_flight -= 1
                 self.tracker.finish(key)
             result.timings.setdefault("wall", time.perf_counter() - t0)
+            if waited:
+                result.timings["backoff"] = waited  # before this attempt began
             history.append(attempt_record(result))
             result.attempts = list(history)
             self.store.append(result, trajectory=self.write_trajectories)
             if not can_retry(result) or attempt >= limit:
                 return result
-            attempt += 1
+            waited = retry_backoff(retried)
+            await asyncio.sleep(waited)
+            attempt, retried = attempt + 1, retried + 1
 
     @property
     def reached(self) -> int:

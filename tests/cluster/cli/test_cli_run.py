@@ -153,6 +153,8 @@ def test_infrastructure_failures_are_retried_then_final_then_retried_on_request(
         (1, "infra_failed", "model_error"), (2, "completed", "natural_completion")]
     final = [r for r in results if r["attempt"] == 2]
     assert len(final) == 2 and all(len(r["attempts"]) == 2 and r["reward"] == 1.0 for r in final)
+    assert all(0.5 <= r["timings"]["backoff"] <= 1.0 for r in final)  # not at once: the engine gets a breath
+    assert all("backoff" not in r["timings"] for r in results if r["attempt"] == 1)
     assert all(r["reward"] is None for r in results if r["status"] == "infra_failed")
 
     # one attempt only: the failures are final, kept out of the reward mean, and a re-run leaves them
