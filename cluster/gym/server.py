@@ -3,7 +3,8 @@
 In this process (uvicorn on ``gym.host:gym.port``), or with ``gym.serve: true`` (``--serve``) as a Ray Serve
 application whose replica holds the farm, behind Serve's HTTP proxy. Either way the rollouts run on the farm's
 workers, and the model is the config's: a ``serve`` section is deployed first (the agent's replica is handed its
-URL), or played in this process when it says ``in_process: true`` (a scripted policy). Prints the agent server's URL, serves until Ctrl-C.
+URL), or played in this process when it says ``in_process: true`` (a scripted policy). Prints the agent server's
+URL, serves until Ctrl-C.
 """
 
 from __future__ import annotations

@@ -101,8 +101,8 @@ class RolloutResult(Record):
     submission: str | None = None
     trajectory: Trajectory = Field(default_factory=Trajectory)
     timings: dict[str, float] = Field(default_factory=dict)
-    """Seconds: ``reset`` (the environment: a container start, a checkout), ``agent``, ``verify``, ``total``, ``wall`` (the
-    driver's), ``queued`` (waiting on a full worker), ``backoff`` (before a retried attempt began)."""
+    """Seconds: ``reset`` (the environment: a container start, a checkout), ``agent``, ``verify``, ``total``,
+    ``wall`` (the driver's), ``queued`` (waiting on a full worker), ``backoff`` (before a retried attempt began)."""
     usage: Usage = Field(default_factory=Usage)
     error: ErrorInfo | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list)
