@@ -133,3 +133,33 @@ def test_a_refusal_that_would_repeat_is_not_retried(base_image, daemon):
     (raised,), _ = burst(base_image, 1, start_retries=3)
     assert isinstance(raised, ContainerStartError) and not raised.retryable
     assert "rollout images" in str(raised) and engine.calls == 1
+
+
+def test_rollouts_that_miss_an_image_at_once_pull_it_once(base_image, monkeypatch):
+    """8 rollouts whose image is not on the engine yet (``pull: missing``): one pull, the others wait for it and
+    start from the image it brought."""
+    pulls, engine = [], {"has_image": False}
+    inspect = docker.APIClient.inspect_image
+
+    def create(api, *args, **kwargs):
+        if not engine["has_image"]:
+            raise engine_error(404, f"No such image: {base_image}")
+        return CREATE(api, *args, **kwargs)
+
+    def has(api, image):
+        if not engine["has_image"]:
+            raise engine_error(404, f"No such image: {image}")
+        return inspect(api, image)
+
+    def pull(api, image, *args, **kwargs):
+        pulls.append(image)
+        time.sleep(0.5)  # a registry's download
+        engine["has_image"] = True
+
+    monkeypatch.setattr(docker.APIClient, "create_container", create)
+    monkeypatch.setattr(docker.APIClient, "inspect_image", has)
+    monkeypatch.setattr(docker.APIClient, "pull", pull)
+    raised, said = burst(base_image, 8, pull="missing")
+    assert raised == [None] * 8 and said == ["up\n"] * 8
+    assert pulls == [base_image]
+    assert left() == []
