@@ -70,7 +70,7 @@ def default_deadline(composer: Composer) -> float | None:
 def rollout_resources(config: RunConfig, composer: Composer) -> Resources:
     """What one rollout takes on a node: ``farm.cpus_per_rollout``/``memory_per_rollout``; without them, a rollout
     in a container reserves ``RESERVED_CPUS``/``RESERVED_MEMORY`` (or its container's limits, when smaller), and
-    runtimes without containers nothing countable."""
+    runtimes without containers nothing countable. With ``farm.adaptive`` each node's limit is found by measuring."""
     farm = config.farm
     cpus, memory, keys = farm.cpus_per_rollout, parse_memory(farm.memory_per_rollout), {}
     if cpus is not None:
@@ -93,7 +93,8 @@ def rollout_resources(config: RunConfig, composer: Composer) -> Resources:
                 keys["memory"] = (f"runtime.memory={runtime.memory}" if own
                                   else f"farm.memory_per_rollout={RESERVED_MEMORY} (its default)")
     return Resources(cpus=cpus, memory_bytes=memory, max_per_node=farm.max_per_node,
-                     workers_per_node=farm.workers_per_node, node_resources=dict(farm.node_resources), keys=keys)
+                     workers_per_node=farm.workers_per_node, node_resources=dict(farm.node_resources), keys=keys,
+                     adaptive_window=farm.adaptive_window if farm.adaptive else None)
 
 
 def ray_available() -> None:

@@ -43,6 +43,11 @@ class Backend(ABC):
         counts them (every rollout sent runs)."""
         return None
 
+    def node_limits(self, last: int | None = None) -> dict[str, dict[str, Any]] | None:
+        """Each node's adaptive limit by node id (``farm.adaptive``, ``cluster.placement.adaptive``): capacity, start,
+        the limit now and its changes (the ``last`` ones); None where slots are fixed."""
+        return None
+
     def lost_nodes(self) -> list[str]:
         """The ids of the nodes that left the cluster during the run (none for a backend in one process)."""
         return []

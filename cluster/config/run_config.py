@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from cluster import names
 from cluster.config.gym_section import GymSection
+from cluster.placement.adaptive import WINDOW
 from cluster.serving.config import ServeSection
 from cluster.serving.kinds import app_for
 from cluster.session.home import in_ray_job
@@ -88,6 +89,13 @@ class FarmConfig(StrictModel):
     """Memory one rollout's container takes; default the runtime's ``memory``."""
     max_per_node: int | None = Field(default=None, ge=1)
     """Cap on concurrent rollouts per node, on top of what cpus and memory allow."""
+    adaptive: bool = False
+    """Find each node's limit by measuring (``cluster.placement.adaptive``, the ray backend): it starts low (2 per
+    CPU, at least 4), grows while the node's completions/s rise or hold, and is cut x0.7 when they fall clearly or
+    its sandboxes' start latency climbs; never above the node's slots (the keys above, ``run.concurrency``)."""
+    adaptive_window: float = Field(default=WINDOW, gt=0)
+    """Seconds the adaptive limit measures over at least before each decision (longer when the rollouts take
+    longer)."""
     workers_per_node: int | None = Field(default=None, ge=1)
     """Worker processes per node, each one event loop sharing the node's slots. Default: one per 1,000 slots,
     at most one per CPU (one loop runs about a thousand steps a second)."""

@@ -35,6 +35,9 @@ class Resources:
     keys: dict[str, str] = field(default_factory=dict)
     """Where ``cpus`` and ``memory`` came from, as the user would write it (``runtime.cpus=1.0`` when the farm took
     the container's limit, ``farm.cpus_per_rollout=0.25`` when the farm says), for the line that says what binds."""
+    adaptive_window: float | None = None
+    """``farm.adaptive``: each node's limit is found by measuring (``cluster.placement.adaptive``), judged over
+    windows of at least this many seconds (``farm.adaptive_window``); None: a node runs up to its capacity."""
 
     def hosts(self, node_resources: dict[str, float]) -> bool:
         """Whether a node offering ``node_resources`` gets rollout workers: it has CPUs and every resource asked."""
@@ -72,8 +75,12 @@ class Resources:
             count = self.workers_per_node
         else:
             count = min(int(node_resources.get("CPU", 1)), capacity // SLOTS_PER_WORKER)
-        count = max(1, min(count, capacity))
-        return [capacity // count + (1 if i < capacity % count else 0) for i in range(count)]
+        return split(capacity, max(1, min(count, capacity)))
+
+
+def split(total: int, count: int) -> list[int]:
+    """``total`` slots shared among ``count`` workers as evenly as can be, the first ones taking the remainder."""
+    return [total // count + (1 if i < total % count else 0) for i in range(count)]
 
 
 @dataclass
@@ -104,14 +111,22 @@ class Node:
     """The images the node holds, as far as the driver knows (``cluster.placement.locality``)."""
     seconds: float | None = None
     """A running mean of the seconds its attempts took (their ``total``), None before the first."""
+    limit: int | None = None
+    """Its share of its node's adaptive limit (``farm.adaptive``, ``cluster.placement.adaptive``); None: its
+    capacity."""
 
     def note_seconds(self, seconds: float | None) -> None:
         if seconds is not None:
             self.seconds = seconds if self.seconds is None else 0.9 * self.seconds + 0.1 * seconds
 
     @property
+    def slots(self) -> int:
+        """Rollouts it runs at once now: its capacity, or its share of its node's adaptive limit."""
+        return self.capacity if self.limit is None else self.limit
+
+    @property
     def free(self) -> int:
-        return self.capacity - self.used if self.alive and self.actor is not None and self.sick is None else 0
+        return self.slots - self.used if self.alive and self.actor is not None and self.sick is None else 0
 
 
 def parse_memory(text: str | None) -> int | None:
@@ -158,7 +173,7 @@ def fewer_than_asked(nodes: Iterable[Node], concurrency: int) -> str | None:
 
 def running(nodes: Iterable[Node]) -> int:
     """Rollouts running on ``nodes``: a worker runs at most its slots, the rest of what it was sent waits there."""
-    return sum(min(n.used, n.capacity) for n in nodes if n.alive)
+    return sum(min(n.used, n.slots) for n in nodes if n.alive)
 
 
 AHEAD_MAX_SECONDS = 60.0
@@ -170,11 +185,12 @@ attempt's time. For rollouts of minutes the saving is nothing and that wait is n
 
 def queue_on(nodes: Iterable[Node], image: str | None, avoid: str | None) -> Node | None:
     """A full worker to send a rollout ahead to (it starts there when a slot frees), each holding up to one per
-    slot: the one with the shortest wait, holding the rollout's image, whose attempts are short
-    (``AHEAD_MAX_SECONDS``), not ``avoid`` while another will do; None to wait."""
+    slot (its share of the node's adaptive limit, when it has one): the one with the shortest wait, holding the
+    rollout's image, whose attempts are short (``AHEAD_MAX_SECONDS``), not ``avoid`` while another will do; None to
+    wait."""
     full = [n for n in nodes if n.alive and n.actor is not None and n.sick is None
-            and n.capacity <= n.used < 2 * n.capacity and (image is None or image in n.images)
+            and n.slots <= n.used < 2 * n.slots and (image is None or image in n.images)
             and n.seconds is not None and n.seconds < AHEAD_MAX_SECONDS]
     if avoid is not None and any(n.node_id != avoid for n in full):
         full = [n for n in full if n.node_id != avoid]
-    return min(full, key=lambda n: n.used / n.capacity, default=None)
+    return min(full, key=lambda n: n.used / n.slots, default=None)

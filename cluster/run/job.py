@@ -209,6 +209,9 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     summary["run_dir"] = str(job.run_dir)
     if driver is not None and driver.ran:
         summary["concurrency"] = {"asked": job.config.run.concurrency, "reached": driver.reached}
+    limits = assembly.backend.node_limits() if assembly.backend is not None else None
+    if limits:  # farm.adaptive: where each node's limit ended, and every change with why
+        summary["adaptive"] = limits
     summary["nodes_lost"] = assembly.backend.lost_nodes() if assembly.backend is not None else []
     summary["transfers"] = assembly.backend.transfers if assembly.backend is not None else None
     swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw), latest)

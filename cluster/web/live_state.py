@@ -1,6 +1,7 @@
 """What the live page shows of one run directory (``RunView.state``): live.json as ``rollout status`` reads it
-(stalled rollouts flagged, slots in use by node), the new lines of results.jsonl (reward mean, the first message of
-each failure type), and a history of samples kept in memory for the charts."""
+(stalled rollouts flagged, slots in use by node, each node's adaptive limit over time), the new lines of
+results.jsonl (reward mean, the first message of each failure type), and a history of samples kept in memory for the
+charts."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ class RunView:
             "outcomes": doc.get("outcomes") or {}, "infra_failed": doc.get("infra_failed", 0),
             "failures": [{"type": kind, "count": count, "first_message": self.first_messages.get(kind, "")}
                          for kind, count in failures.items()],
-            "nodes": nodes(rows),
+            "nodes": nodes(rows, doc.get("limits")),
+            "limits": limit_series(doc.get("limits"), now if running else float(doc.get("updated_at") or now)),
             "reward_mean": reward_mean, "scored": len(rewards),
             "history": {"t": t, "done": done, "per_minute": per_minute, "reward_mean": reward},
         }
@@ -160,13 +162,39 @@ class RunView:
         return (line.get("error") or {}).get("type") or str(line.get("exit_reason") or "unknown")
 
 
-def nodes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Slots in use by node (an in-flight rollout holds one) and how many worker processes hold them."""
+def nodes(rows: list[dict[str, Any]], limits: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Slots in use by node (an in-flight rollout holds one), how many worker processes hold them, and the node's
+    adaptive limit now (None without ``farm.adaptive``; a node with a limit is listed with nothing in flight too)."""
     used = Counter(r["node"] for r in rows)
     workers: dict[str, set[str]] = {}
     for r in rows:
         workers.setdefault(r["node"], set()).add(r["worker"])
-    return [{"node": node, "in_use": count, "workers": len(workers[node])} for node, count in sorted(used.items())]
+    now = {node_id[:12]: limit for node_id, limit in (limits or {}).items()}
+    return [{"node": node, "in_use": used.get(node, 0), "workers": len(workers.get(node, ())),
+             "limit": now[node]["limit"] if node in now else None, "capacity": now.get(node, {}).get("capacity")}
+            for node in sorted(set(used) | set(now))]
+
+
+def limit_series(limits: dict[str, dict[str, Any]] | None, until: float) -> dict[str, Any]:
+    """Each node's adaptive limit over time, as the chart draws it: one time axis (each node's start, every change,
+    and ``until``) and each node's limit at those times (None before its start)."""
+    steps: dict[str, list[tuple[float, int]]] = {}
+    for node_id, limit in sorted((limits or {}).items()):
+        changes = limit.get("changes") or []
+        first = (changes[0]["old"] if changes else limit["limit"])
+        began = float(limit.get("started_at") or 0.0) if limit.get("changed", 0) <= len(changes) else None
+        points = [(began if began is not None else float(changes[0]["at"]), first)]
+        steps[node_id[:12]] = points + [(float(c["at"]), int(c["new"])) for c in changes]
+    times = sorted({t for points in steps.values() for t, _ in points} | ({until} if steps else set()))
+    series = []
+    for node, points in steps.items():
+        values, k, current = [], 0, None
+        for t in times:
+            while k < len(points) and points[k][0] <= t:
+                current, k = points[k][1], k + 1
+            values.append(current)
+        series.append({"node": node, "limit": values})
+    return {"t": times, "nodes": series}
 
 
 def dumps(state: dict[str, Any]) -> bytes:

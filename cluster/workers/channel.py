@@ -59,6 +59,13 @@ class Channel:
             self._collector = loop.create_task(self._collect())
         return future
 
+    def resize(self, slots: int) -> None:
+        """The worker runs at most ``slots`` from now on (its node's adaptive limit changed): told at once, not with
+        the next batch; a higher count starts what waits there."""
+        self.slots = slots
+        if self.gone is None:
+            as_future(self.actor.submit.remote([], slots)).add_done_callback(retrieve)
+
     def cancel(self, seq: int) -> None:
         """Stop one rollout on the worker; its future resolves to None once it has unwound."""
         if self.gone is None:

@@ -28,8 +28,8 @@ gets another worker: Ray notices a dead machine only after its missed heartbeats
 
 class NodeMembership:
     """The node half of ``RayBackend``: it sets ``nodes``, ``source_ref``, ``resources``, ``concurrency``,
-    ``name``, ``run_id``, ``run_dir``, ``engines``, ``out``, ``metrics``, ``workers_lost`` and ``_reap_pending``,
-    and wakes its slot waiters in ``_notify``."""
+    ``name``, ``run_id``, ``run_dir``, ``engines``, ``out``, ``metrics``, ``limits``, ``workers_lost`` and
+    ``_reap_pending``, and wakes its slot waiters in ``_notify``."""
 
     _listed: dict[str, Any] = {}
     """The nodes alive at the last look (``_refresh_nodes``): none before the first."""
@@ -57,8 +57,11 @@ class NodeMembership:
             if (node_id, 0) not in self.nodes:
                 capacity = self.resources.capacity(info["Resources"], self.concurrency)
                 bound_by = self.resources.binding(info["Resources"], self.concurrency)
-                for index, share in enumerate(self.resources.workers(info["Resources"], capacity)):
-                    node = self.nodes[(node_id, index)] = Node(node_id, share, index=index, bound_by=bound_by)
+                workers = [Node(node_id, share, index=index, bound_by=bound_by)
+                           for index, share in enumerate(self.resources.workers(info["Resources"], capacity))]
+                self.limits.join(workers, info["Resources"].get("CPU", 1), time.time())  # when farm.adaptive
+                for node in workers:
+                    self.nodes[(node_id, node.index)] = node
                     self._start_worker(node)
         for node in self.nodes.values():
             if node.alive and node.node_id not in alive:
@@ -99,7 +102,7 @@ class NodeMembership:
                     node.actor, node.worker = actor, info["worker"]
                     node.images = set(info.get("images") or ())
                     node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc),
-                                           slots=node.capacity)
+                                           slots=node.slots)
                     if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
                         actor.reap_dead_owners.remote(self.run_id, self.engines)
             finally:

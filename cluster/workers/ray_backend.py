@@ -3,10 +3,12 @@
 Scheduling is ours, not ``ray.util.ActorPool``'s: each node has ``capacity`` slots (what a rollout takes against
 what the node has, split among its workers), and ``execute`` waits for a free slot on the least loaded worker,
 then hands the rollout to that worker's ``Channel`` (batched; never ``ray.get`` in async code). So no node runs
-more containers than it can hold and every node is used. Faults: a dead worker or node fails its in-flight
-attempts as ``worker_died`` (the driver runs them again), a replacement starts if the node is still there, and
-the dead worker's containers are removed by label; an attempt past the host-side ``deadline`` is cancelled,
-its containers removed, and fails as ``deadline_exceeded``; nodes that join get a worker too.
+more containers than it can hold and every node is used. With ``farm.adaptive`` a node's slots are its adaptive
+limit (``cluster.placement.adaptive``), fed each attempt that finished there and told to its workers as it changes.
+Faults: a dead worker or node fails its in-flight attempts as ``worker_died`` (the driver runs them again), a
+replacement starts if the node is still there, and the dead worker's containers are removed by label; an attempt
+past the host-side ``deadline`` is cancelled, its containers removed, and fails as ``deadline_exceeded``; nodes that
+join get a worker too.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+import time
 from typing import Any, Callable, TextIO
 
 import ray
 from ray.exceptions import RayActorError
 
 from cluster.backends.seam import Backend
+from cluster.placement.adaptive import Change, NodeLimits, runs_its_limit
 from cluster.placement.health import NodeHealth
 from cluster.placement.locality import ImageLocality
 from cluster.placement.slots import Node, Resources, describe_nodes, fewer_than_asked, queue_on, running
@@ -50,6 +54,8 @@ class RayBackend(NodeMembership, Backend):
         """The run's ``images`` section (``cluster.transfer.setup.ImagesSection``), or None for its defaults."""
         self.health = NodeHealth(engines, out)
         self.locality = ImageLocality(image_of if images is None or images.locality else None)
+        self.limits = NodeLimits(resources.adaptive_window)
+        """Each node's adaptive limit (``farm.adaptive``), when on."""
         self.transfer: Any = None
         self.files: Any = None
         self.transfers: dict[str, Any] | None = None
@@ -109,7 +115,11 @@ class RayBackend(NodeMembership, Backend):
         await asyncio.to_thread(reap_dead_owners, self.run_id, self.engines, self.out)
 
     def describe(self) -> str:
-        return describe_nodes(self.nodes.values())
+        nodes = describe_nodes(self.nodes.values())
+        return f"{nodes}; {self.limits.describe()}" if self.limits.on else nodes
+
+    def node_limits(self, last: int | None = None) -> dict[str, dict[str, Any]] | None:
+        return self.limits.report(last)
 
     def lost_nodes(self) -> list[str]:
         """The ids of the nodes that left the cluster during the run."""
@@ -140,11 +150,11 @@ class RayBackend(NodeMembership, Backend):
 
     async def execute(self, task: Task, meta: RequestMeta, observers: list[Observer]) -> RolloutResult:
         task = await self.files.carry(task)  # the files it names travel with it, not by path
-        node = await self._acquire(self.locality.key(task), self.health.avoid(meta.rollout_id))
+        node, held = await self._acquire(self.locality.key(task), self.health.avoid(meta.rollout_id))
         channel, seq = node.channel, next(self._seq)
         future = channel.send(seq, task, meta)
         # sent ahead, it waits for a slot there: at most as long as a running attempt may take
-        deadline = self.deadline * 2 if self.deadline is not None and node.used > node.capacity else self.deadline
+        deadline = self.deadline * 2 if self.deadline is not None and node.used > node.slots else self.deadline
         try:
             # within, not wait_for: a driver's cancel landing as the result arrives would be lost (rollout.waits),
             # and its worker would go on taking rollouts after Ctrl-C or a batch deadline
@@ -174,16 +184,23 @@ class RayBackend(NodeMembership, Backend):
             raise
         finally:
             future.add_done_callback(retrieve)  # an abandoned attempt's error is expected, never "unretrieved"
+            full = self.limits.on and runs_its_limit(self._workers_of(node.node_id))  # before its slot frees
             await self._release(node)
         if result.node_id is None:
             result.node_id, result.worker = node.node_id, node.worker
         self.health.note(node, result)
         node.note_seconds(result.timings.get("total"))
         node.ran += 1
+        if self.limits.on:
+            workers = self._workers_of(node.node_id)
+            change = self.limits.note(workers, result, held=held, full=full, at=time.time())
+            if change is not None:
+                await self._limit_changed(node.node_id, change)
         self.metrics.inc("attempts", status=result.status, exit_reason=result.exit_reason.value)
         return result
 
-    async def _acquire(self, image: str | None = None, avoid: str | None = None) -> Node:
+    async def _acquire(self, image: str | None = None, avoid: str | None = None) -> tuple[Node, bool]:
+        """A node's worker for a rollout of ``image``, and whether the node held the image already."""
         assert self._changed is not None, "call start() first"
         async with self._changed:
             self.waiting += 1
@@ -199,10 +216,11 @@ class RayBackend(NodeMembership, Backend):
                     if best is not None:
                         best.used += 1
                         self.peak = max(self.peak, self.running())
+                        held = image is None or image in best.images
                         self.locality.sent(best, image)
                         if image is not None and any(n.free > 0 for n in self.nodes.values()):
                             self._changed.notify_all()  # a node it left to this rollout may now be someone's
-                        return best
+                        return best, held
                     self._gauges()
                     await self._changed.wait()
             finally:
@@ -225,6 +243,19 @@ class RayBackend(NodeMembership, Backend):
     def running(self) -> int:
         """Rollouts running now (a worker runs at most its slots; the rest of what it was sent waits there)."""
         return running(self.nodes.values())
+
+    def _workers_of(self, node_id: str) -> list[Node]:
+        return [n for n in self.nodes.values() if n.node_id == node_id]
+
+    async def _limit_changed(self, node_id: str, change: Change) -> None:
+        """A node's limit changed: its workers are told their share at once (a lower one starts nothing more until
+        fewer run; a higher one starts what waits there), and the rollouts waiting for a slot look again."""
+        print(f"[farm] node {node_id[:8]}: limit {change.old} → {change.new} ({change.why})", file=self.out,
+              flush=True)
+        for worker in self._workers_of(node_id):
+            if worker.channel is not None:
+                worker.channel.resize(worker.slots)
+        await self._notify()
 
     async def _release(self, node: Node) -> None:
         async with self._changed:

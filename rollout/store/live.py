@@ -21,6 +21,8 @@ WRITE_INTERVAL = 1.0
 """Seconds between rewrites of live.json (less when the progress interval is shorter)."""
 STALE_AFTER = 15.0
 """A running run's live.json older than this (or five write intervals, if longer) means its driver is gone."""
+LIMIT_CHANGES = 200
+"""Changes of each node's adaptive limit that live.json keeps (the latest; summary.json has them all)."""
 RUNNING, FINISHED, INTERRUPTED, FAILED, STALE = "running", "finished", "interrupted", "failed", "stale"
 
 
@@ -34,9 +36,11 @@ def live_document(
     started_at: float,
     interval: float = WRITE_INTERVAL,
     now: float | None = None,
+    limits: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """live.json's content. ``progress`` is ``Progress.snapshot()``; ``in_flight`` counts the attempts the
-    driver has handed to the backend, so ``queued`` is those not yet running on a worker (waiting for a slot)."""
+    driver has handed to the backend, so ``queued`` is those not yet running on a worker (waiting for a slot);
+    ``limits``: each node's adaptive limit by node id, when the farm has them (``farm.adaptive``)."""
     now = time.time() if now is None else now
     rollouts = sorted((dict(r) for r in rows), key=lambda r: (r.get("started") or 0.0, r.get("rollout_id", "")))
     for r in rollouts:
@@ -53,6 +57,7 @@ def live_document(
         **progress,
         "queued": max(in_flight - len(rollouts), 0),
         "in_flight": rollouts,
+        **({"limits": limits} if limits else {}),
     }
 
 

@@ -137,6 +137,9 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary.get("concurrency"):
         reached, asked = summary["concurrency"]["reached"], summary["concurrency"]["asked"]
         rows.append(("concurrency", f"{reached} at once at most (run.concurrency={asked})"))
+    for node_id, limit in (summary.get("adaptive") or {}).items():
+        rows.append(("adaptive limit", f"node {node_id[:8]} ended at {limit['limit']} (started at {limit['start']}, "
+                                       f"at most {limit['capacity']}; {limit['changed']} changes)"))
     if summary.get("startup"):
         rows.append(("start-up", format_startup(summary["startup"])))
     if summary.get("report"):

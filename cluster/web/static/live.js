@@ -2,6 +2,7 @@
 "use strict";
 (function () {
   const POLL_MS = 1000;
+  const LIMIT_COLORS = ["#ea580c", "#0891b2", "#65a30d", "#db2777", "#4f46e5", "#a16207"];
   const charts = {};
   const $ = (id) => document.getElementById(id);
 
@@ -39,15 +40,20 @@
   function chart(id, series, data) {
     const box = $(id);
     box.dataset.points = String(data[0].length);
+    if (charts[id] && charts[id].series.length !== series.length + 1) {  // a node joined: one more line
+      charts[id].destroy();
+      delete charts[id];
+    }
     if (!charts[id]) {
       const opts = {
         width: Math.max(box.clientWidth - 4, 320), height: 230,
         scales: { x: { time: true } },
-        series: [{}].concat(series.map((s) => ({ label: s.label, stroke: s.color, width: 2, scale: s.scale,
-                                                  points: { show: false },
-                                                  value: (u, v) => v === null ? "-" : v.toFixed(s.digits) }))),
-        axes: [{}].concat(series.map((s, i) => ({ scale: s.scale, side: i === 0 ? 3 : 1, label: s.label,
-                                                   grid: { show: i === 0 } }))),
+        series: [{}].concat(series.map((s) => Object.assign(
+          { label: s.label, stroke: s.color, width: 2, scale: s.scale, points: { show: false },
+            value: (u, v) => v === null ? "-" : v.toFixed(s.digits) }, s.paths ? { paths: s.paths } : {}))),
+        axes: [{}].concat(series.filter((s, i) => series.findIndex((t) => t.scale === s.scale) === i)
+          .map((s, i) => ({ scale: s.scale, side: i === 0 ? 3 : 1, label: s.axis || s.label,
+                            grid: { show: i === 0 } }))),
       };
       charts[id] = new uPlot(opts, data, box);
     } else {
@@ -83,13 +89,22 @@
       .concat([["infra_failed", s.infra_failed]]));
     fillRows($("failures").tBodies[0], s.failures.length
       ? s.failures.map((f) => [f.type, f.count, { text: f.first_message, cls: "cmd" }]) : [["none", "", ""]]);
-    fillRows($("nodes").tBodies[0], s.nodes.map((n) => [n.node, n.in_use, n.workers]));
+    fillRows($("nodes").tBodies[0], s.nodes.map((n) => [n.node, n.in_use, n.workers,
+                                                        n.limit === null ? "-" : n.limit + " of " + n.capacity]));
 
     const h = s.history;
     chart("chart-throughput", [{ label: "done", color: "#2563eb", scale: "n", digits: 0 },
                                { label: "per minute", color: "#16a34a", scale: "r", digits: 1 }],
           [h.t, h.done, h.per_minute]);
     chart("chart-reward", [{ label: "reward mean", color: "#9333ea", scale: "w", digits: 3 }], [h.t, h.reward_mean]);
+    const limits = s.limits;  // farm.adaptive: each node's limit, a step line per node
+    $("limits-box").hidden = !limits.nodes.length;
+    if (limits.nodes.length) {
+      chart("chart-limits", limits.nodes.map((n, i) => ({
+        label: "node " + n.node.slice(0, 8), color: LIMIT_COLORS[i % LIMIT_COLORS.length], scale: "l", digits: 0,
+        axis: "rollouts at once", paths: uPlot.paths.stepped({ align: 1 }) })),
+        [limits.t].concat(limits.nodes.map((n) => n.limit)));
+    }
     text("run-dir", s.run_dir);
     text("updated", new Date(s.now * 1000).toLocaleTimeString());
     document.body.dataset.updatedAt = String(s.updated_at);

@@ -310,3 +310,32 @@ def test_bound_wider_the_page_needs_its_token(tmp_path):
         assert plain.url == f"http://127.0.0.1:{plain.port}/" and get(plain.url + "api/state")[0] == 200
     finally:
         plain.stop()
+
+
+def test_the_live_page_draws_each_nodes_adaptive_limit_over_time(tmp_path):
+    """``farm.adaptive``: the page charts each node's limit as it moved and says where it is in the nodes' table."""
+    chromium()
+    run_dir = tmp_path / "adaptive-dir"
+    run_dir.mkdir()
+    t0 = time.time() - 60
+    limits = {"a9237dbf0e11aa": {"capacity": 64, "start": 4, "started_at": t0, "limit": 6, "changed": 3, "changes": [
+        {"at": t0 + 10, "old": 4, "new": 6, "why": "completions/s 1.1: +2"},
+        {"at": t0 + 20, "old": 6, "new": 8, "why": "completions/s 1.1 → 1.3: +2"},
+        {"at": t0 + 30, "old": 8, "new": 6, "why": "start p90 6.2 s > 2× 2.1 s: ×0.7"}]},
+        "5e6f7a8b9c0d11": {"capacity": 64, "start": 4, "started_at": t0 + 5, "limit": 4, "changed": 0, "changes": []}}
+    live.write_live(run_dir, live.live_document("adaptive", {"done": 9, "total": 9}, [], in_flight=0,
+                                                state=live.FINISHED, started_at=t0, limits=limits))
+    page = start_for_run(run_dir)
+    try:
+        state = json.loads(get(page.url + "api/state")[1])
+        series = {n["node"]: n["limit"] for n in state["limits"]["nodes"]}
+        assert series == {"5e6f7a8b9c0d": [None, 4, 4, 4, 4, 4], "a9237dbf0e11": [4, 4, 6, 8, 6, 6]}
+        dom = Dom(browse(page.url, tmp_path / "profile", budget_ms=1500))
+    finally:
+        page.stop()
+    box = dom.by_id("limits-box")
+    assert "hidden" not in box["attrs"] and "adaptive limit per node" in box["text"]
+    chart = dom.by_id("chart-limits")
+    assert any(e["tag"] == "canvas" for e in chart["inside"]) and chart["attrs"]["data-points"] == "6"
+    assert "node a9237dbf" in box["text"] and "node 5e6f7a8b" in box["text"]  # the legend names both nodes
+    assert dom.cells("nodes") == [["5e6f7a8b9c0d", "0", "0", "4 of 64"], ["a9237dbf0e11", "0", "0", "6 of 64"]]
