@@ -189,7 +189,8 @@ def test_the_live_page_of_a_running_run_shows_progress_rollouts_and_charts_that_
         assert rows_first and set(rows_first) <= {t["task_id"] for t in tasks}
         row = next(iter(rows_first.values()))
         assert "sleep" in row["text"] and "local" in row["text"]  # the last command and the node
-        assert first.cells("nodes") == [["local", str(len(rows_first)), "1"]]  # slots in use, one process
+        # slots in use, one process, no adaptive limit (farm.adaptive is off)
+        assert first.cells("nodes") == [["local", str(len(rows_first)), "1", "-"]]
         throughput = first.by_id("chart-throughput")
         assert any(e["tag"] == "canvas" for e in throughput["inside"])  # uPlot drew it
         points_first = int(throughput["attrs"]["data-points"])
