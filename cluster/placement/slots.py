@@ -63,6 +63,11 @@ class Resources:
     def capacity(self, node_resources: dict[str, float], ceiling: int) -> int:
         return max(1, min([ceiling, *self.limits(node_resources).values()]))
 
+    def allowances(self, node_resources: dict[str, float]) -> str:
+        """What each limit allows on a node, in words (``farm.cpus_per_rollout=1 on 2 CPUs: 2, farm.memory_per_rollout=
+        128m (its default) of 16.0 GiB: 128``)."""
+        return ", ".join(f"{key}: {count}" for key, count in self.limits(node_resources).items())
+
     def binding(self, node_resources: dict[str, float], ceiling: int) -> str:
         """What sets a node's slots: the tightest of its limits, or ``run.concurrency=N`` when none is tighter."""
         limits = self.limits(node_resources)
@@ -104,6 +109,8 @@ class Node:
     lost_workers: list[str] = field(default_factory=list)
     bound_by: str = ""
     """What sets the node's slots (``Resources.binding``), said when the farm describes its nodes."""
+    allows: str = ""
+    """What each of the node's limits allows (``Resources.allowances``), said when it binds below what is asked."""
     sick: str | None = None
     """Why the node gets no rollouts although it is alive (``cluster.placement.health``), or None."""
     strikes: int = 0
@@ -165,9 +172,12 @@ def fewer_than_asked(nodes: Iterable[Node], concurrency: int) -> str | None:
     if slots >= concurrency:
         return None
     bound = sorted({n.bound_by for n in alive if n.bound_by})
+    allows = sorted({n.allows for n in alive if n.allows})
     return (f"farm: {slots} rollout(s) at once, not the {concurrency} run.concurrency asks: "
-            f"bound by {', '.join(bound) or 'the nodes'}. farm.cpus_per_rollout and farm.memory_per_rollout "
-            "reserve what one rollout takes on a node (a container's own limits stay its runtime's), "
+            f"bound by {', '.join(bound) or 'the nodes'}"
+            + (f" (per node, {'; '.join(allows)})" if allows else "") + ". "
+            "farm.cpus_per_rollout and farm.memory_per_rollout reserve what one rollout takes on a node (a "
+            "container's own limits stay its runtime's), "
             "farm.max_per_node caps it")
 
 

@@ -57,7 +57,8 @@ class NodeMembership:
             if (node_id, 0) not in self.nodes:
                 capacity = self.resources.capacity(info["Resources"], self.concurrency)
                 bound_by = self.resources.binding(info["Resources"], self.concurrency)
-                workers = [Node(node_id, share, index=index, bound_by=bound_by)
+                allows = self.resources.allowances(info["Resources"])
+                workers = [Node(node_id, share, index=index, bound_by=bound_by, allows=allows)
                            for index, share in enumerate(self.resources.workers(info["Resources"], capacity))]
                 self.limits.join(workers, info["Resources"].get("CPU", 1), time.time())  # when farm.adaptive
                 for node in workers:

@@ -228,12 +228,14 @@ def test_fewer_rollouts_at_once_than_asked_is_said_once_naming_what_binds():
     node = {"CPU": 2.0, "memory": 16 * 2**30}
     taken = reserved({"type": "docker", "cpus": 1.0, "memory": "1g"}, cpus_per_rollout=1.0)
     assert (taken.capacity(node, 64), taken.binding(node, 64)) == (2, "farm.cpus_per_rollout=1 on 2 CPUs")
-    nodes = [Node("560d6590aa", taken.capacity(node, 64), actor=object(), bound_by=taken.binding(node, 64))]
+    nodes = [Node("560d6590aa", taken.capacity(node, 64), actor=object(), bound_by=taken.binding(node, 64),
+                  allows=taken.allowances(node))]
     assert describe_nodes(nodes) == ("1 node: node 560d6590 runs up to 2 rollouts at once "
                                      "(farm.cpus_per_rollout=1 on 2 CPUs)")
     line = fewer_than_asked(nodes, 64)
     assert line.startswith("farm: 2 rollout(s) at once, not the 64 run.concurrency asks: "
-                           "bound by farm.cpus_per_rollout=1 on 2 CPUs")
+                           "bound by farm.cpus_per_rollout=1 on 2 CPUs (per node, farm.cpus_per_rollout=1 on 2 "
+                           "CPUs: 2, farm.memory_per_rollout=128m (its default) of 16.0 GiB: 128). ")
     assert "farm.cpus_per_rollout" in line and "farm.memory_per_rollout" in line
     default = reserved({"type": "docker", "cpus": 1.0, "memory": "1g"})
     nodes = [Node("560d6590aa", default.capacity(node, 64), actor=object(), bound_by=default.binding(node, 64))]
