@@ -49,7 +49,8 @@ class NodeWorker(RolloutWorker):
 
 
 def probe_engines(engines: tuple[str, ...]) -> str | None:
-    """None when this host's container engines answer, else why not."""
+    """None when this host's container engines answer, else why not. Asked for its info, not a ping: a daemon hung
+    in its own locks (a start never returns) still answers ``/_ping``."""
     if "docker" not in engines:
         return None
     try:
@@ -57,7 +58,7 @@ def probe_engines(engines: tuple[str, ...]) -> str | None:
 
         client = docker.from_env(timeout=10)
         try:
-            client.ping()
+            client.info()
         finally:
             client.close()
     except Exception as exc:  # noqa: BLE001 - the answer is the reason

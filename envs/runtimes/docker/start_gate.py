@@ -50,16 +50,25 @@ def stats() -> StartStats:
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether a failed start is worth another try: the engine's own error (HTTP 5xx) or no answer at all
-    (connection refused or dropped, a read timeout), never a refusal that would be the same next time (no such
-    image, a bad limit, a name in use)."""
+    """Whether a failed start is worth another try here: the engine's own error (HTTP 5xx: it answered, and failed
+    under load) or a connection it refused or dropped (a daemon restarting). Never a refusal that would be the same
+    next time (no such image, a bad limit, a name in use), and never a start the engine did not answer within the
+    client's timeout: a daemon that hangs is not helped by more requests, so that attempt fails at once as
+    infrastructure and the node's health check takes over (``cluster.placement.health``)."""
     if isinstance(exc, ContainerStartError) and not exc.retryable:
         return False
     cause = exc.__cause__ or exc
     code = status(cause)
     if code is not None:
         return code >= 500
-    return isinstance(cause, (OSError, TimeoutError)) or type(cause).__module__.split(".")[0] in ("requests", "urllib3")
+    if timed_out(cause):
+        return False
+    return isinstance(cause, OSError) or type(cause).__module__.split(".")[0] in ("requests", "urllib3")
+
+
+def timed_out(exc: BaseException) -> bool:
+    """The engine did not answer in time (the SDK's read timeout, under whichever of its libraries' names)."""
+    return isinstance(exc, TimeoutError) or any("Timeout" in kind.__name__ for kind in type(exc).__mro__)
 
 
 class StartGate:

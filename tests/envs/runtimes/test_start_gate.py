@@ -33,7 +33,7 @@ class Daemon:
     """The real daemon's create call behind a fault: ``overloaded_past`` creates in flight at once make it answer
     500 (a daemon falling over under a burst); ``failing`` creates fail first with ``code``."""
 
-    def __init__(self, overloaded_past: int | None = None, failing: int = 0, code: int = 500):
+    def __init__(self, overloaded_past: int | None = None, failing: int = 0, code: int | None = 500):
         self.overloaded_past, self.failing, self.code = overloaded_past, failing, code
         self.in_flight = self.peak = self.calls = self.refused = 0
         self.lock = threading.Lock()
@@ -48,6 +48,9 @@ class Daemon:
             self.failing -= failing
         try:
             time.sleep(0.2)  # the daemon's own work on a create, so that a burst overlaps
+            if failing and self.code is None:  # no answer at all: the SDK's read timeout
+                raise requests.exceptions.ReadTimeout("UnixHTTPConnectionPool(host='localhost', port=None): Read "
+                                                      "timed out. (read timeout=60)")
             if overloaded or failing:
                 self.refused += 1
                 raise engine_error(self.code, "Internal Server Error: OCI runtime create failed: context deadline "
@@ -163,3 +166,12 @@ def test_rollouts_that_miss_an_image_at_once_pull_it_once(base_image, monkeypatc
     assert raised == [None] * 8 and said == ["up\n"] * 8
     assert pulls == [base_image]
     assert left() == []
+
+
+def test_a_daemon_that_does_not_answer_is_not_asked_again(base_image, daemon):
+    """A create the engine never answers (the client's read timeout: a hung daemon) fails the attempt at once, as
+    infrastructure for the driver to run again later, instead of piling more starts onto that daemon."""
+    engine = daemon(failing=100, code=None)
+    (raised,), _ = burst(base_image, 1, start_retries=3)
+    assert isinstance(raised, ContainerStartError) and raised.retryable
+    assert "timed out" in str(raised) and engine.calls == 1
