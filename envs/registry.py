@@ -34,6 +34,7 @@ POLICIES = Registry("policy", {
     "calculator": "envs.resources.policies:calculator",
     "guesser": "envs.resources.policies:guesser",
     "tool_user": "envs.resources.policies:tool_user",
+    "harbor_solver": "envs.harbor.policies:harbor_solver",
 })
 """Scripted policies that play one of these environments (the SWE gold patch, the calculator server's task
-family), beside the environments they know."""
+family, a Harbor task's own solution), beside the environments they know."""

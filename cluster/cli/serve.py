@@ -30,7 +30,7 @@ def serve_main(argv: list[str]) -> int:
     args.items += extra  # CONFIG and key=value items may also follow an option (--port 8001 a=b)
     from cluster.assembly import FarmAssembly
     from cluster.config import DatasetConfig, ServeSection
-    from cluster.run.job import dataset_file
+    from cluster.config.dataset import dataset_file
     from rollout.config.load import load_config, validate
 
     paths = [i for i in args.items if "=" not in i]

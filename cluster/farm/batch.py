@@ -20,23 +20,27 @@ from rollout.runner import failure_result
 from rollout.store.resume import Plan, Planned
 from rollout.waits import within
 
+NO_DATASET = "-"
+"""The dataset path of a farm's config that has no ``dataset`` section (the trainer hands the tasks to each call)."""
+
 
 def from_run_config(config: str | Path | dict | list, overrides: Sequence[str] = ()) -> tuple[Any, dict]:
-    """(the workers' source, the farm's settings: its ``serve`` section, deployed or played here, and model) from a run
-    config (files merged in order, or a dict; ``dataset`` is not needed),
-    validated once."""
+    """(the workers' source, the farm's settings: its ``serve`` section, deployed or played here, model, and the file
+    a ``dataset`` section is read beside) from a run config (files merged in order, or a dict; ``dataset`` is not
+    needed), validated once."""
     if isinstance(config, dict):
-        raw = dict(config)
+        raw, config_file = dict(config), None
     else:
         paths = [str(config)] if isinstance(config, (str, Path)) else [str(p) for p in config]
-        raw = load_config(paths, list(overrides))
-    raw.setdefault("dataset", {"path": "-"})
+        raw, config_file = load_config(paths, list(overrides)), paths[0]
+    raw.setdefault("dataset", {"path": NO_DATASET})
     resolve_auto_runtimes(raw)
     run_config = validate(RunConfig, raw)
     composer = Composer(run_config)
     source = ConfigSource(composer)
     return source, {**farm_settings(run_config, composer), "serve": run_config.deployed, "model": run_config.model,
-                    "played_here": run_config.played_here, "remote": run_config.farm.joins_cluster}
+                    "played_here": run_config.played_here, "remote": run_config.farm.joins_cluster,
+                    "config_file": config_file}
 
 
 class MemoryStore:

@@ -28,7 +28,7 @@ from cluster.farm.batch import MemberBatch, from_run_config
 from cluster.farm.controls import FarmControls
 from cluster.farm.group_stream import GroupStreaming
 from cluster.farm.loop_thread import LoopThread
-from cluster.farm.tasks import check_sampling, prepare_tasks, stale_members
+from cluster.farm.tasks import check_sampling, dataset_tasks, prepare_tasks, stale_members
 from rollout.errors import ConfigError
 from rollout.records import RolloutResult, Task
 from rollout.train.groups import Batch, GroupPolicy, apply_policy, group_results
@@ -44,7 +44,7 @@ class RolloutFarm(FarmControls, GroupStreaming):
                  engines: Sequence[str] = (), name: str = "farm", out: TextIO = sys.stderr,
                  controls: Any = None, serve: ServeSection | None = None, model: dict | None = None,
                  played_here: ServeSection | None = None,
-                 remote: bool = False, images: Any = None):
+                 remote: bool = False, images: Any = None, config_file: str | Path | None = None):
         if backend not in ("ray", "local"):
             raise ConfigError(f"must be 'ray' or 'local', got {backend!r}", "farm.backend")
         self.source, self.backend_kind = source, backend
@@ -56,6 +56,8 @@ class RolloutFarm(FarmControls, GroupStreaming):
         self.token_budget, self.tokens_used = token_budget, 0
         self.engines, self.name, self.out = tuple(engines), name, out
         self.images = images
+        self.config_file = config_file
+        """The (first) config file: a ``dataset`` section's relative path is read beside it (``dataset()``)."""
         # the cluster session, the model it serves (a ``serve`` section deployed, or a scripted one played in
         # process: both when the farm starts) and the backend, in one place
         self._assembly = FarmAssembly(serve, model=model, address=address, num_cpus=num_cpus, backend=backend,
@@ -86,6 +88,12 @@ class RolloutFarm(FarmControls, GroupStreaming):
         """The run config's profiles by name (None: the top-level one): each one's agent and component classes.
         Empty for a farm built from objects."""
         return dict(self.source.composer.profiles) if isinstance(self.source, ConfigSource) else {}
+
+    def dataset(self) -> list[Task]:
+        """The tasks of the config's ``dataset`` section, read as ``rollout run`` reads them: a file of rows or a
+        directory of Harbor tasks (beside the config file), ``ids``/``pattern``/``slice`` applied, Harbor tasks'
+        networks checked against the ``environment`` section. A ``ConfigError`` without such a section."""
+        return dataset_tasks(self.source, self.config_file, self.out)
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         if self._closed:

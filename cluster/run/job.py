@@ -20,6 +20,7 @@ from cluster.assembly.startup import FIRST_CALL, StartupClock, resolve_images
 from cluster.backends.seam import Backend
 from cluster.backends.sources import ConfigSource
 from cluster.compose import Composer
+from cluster.config.dataset import load_dataset
 from cluster.config.run_config import RunConfig
 from cluster.config.run_dir import resolve_run_dir
 from cluster.run.driver import Driver
@@ -28,15 +29,11 @@ from cluster.run.swe_outputs import model_name, write_swe_outputs
 from cluster.web.live_page import LivePageSettings, open_for_run
 from cluster.web.report_files import write_for_run
 from cluster.web.report_png import warm
-from envs.harbor.dataset import describe_unhonoured, load_harbor_tasks
-from envs.harbor.env import check_tasks
 from envs.runtimes.warm_pool import close_all
 from rollout.config.load import load_config, validate
-from rollout.data.dataset import load_tasks, row_hash, select
-from rollout.errors import ConfigError
+from rollout.data.dataset import row_hash
 from rollout.formats.export import AgentNames, atif_writer
 from rollout.records import Task
-from rollout.registry import Registry
 from rollout.store import live
 from rollout.store.manifest import build_manifest
 from rollout.store.resume import Plan
@@ -94,14 +91,8 @@ def prepare(
     composer = Composer(config)
     clock.end("config")
     clock.begin("dataset")
-    dataset_path = dataset_file(config.dataset, paths[0])
-    if config.dataset.type == "harbor":
-        tasks, note = harbor_tasks(dataset_path, raw)
-        notes.extend([note] if note else [])
-    else:
-        tasks = load_tasks(dataset_path, composer.row_check(),
-                           allow_outside_paths=config.dataset.allow_outside_paths)
-    tasks = select(tasks, config.dataset.ids, config.dataset.pattern, config.dataset.slice)
+    dataset_path, tasks, loaded = load_dataset(config, paths[0], composer.row_check())
+    notes.extend(loaded)
     composer.bind_tasks(tasks)
     preflight.check(config, composer, tasks)  # before the run directory: a run that cannot work writes nothing
     run_dir = resolve_run_dir(config, run_id, list(overrides))
@@ -118,31 +109,6 @@ def prepare(
         print(note, file=out, flush=True)
     clock.end("dataset")
     return Job(config, raw, run_id, run_dir, dataset_path, tasks, composer, store, plan, out, clock)
-
-
-def harbor_tasks(path: Path, raw: dict[str, Any]) -> tuple[list[Task], str | None]:
-    """A Harbor task directory's tasks, checked against the run's environment before any work (their networks),
-    and the run's one warning about the task.toml keys not honoured here."""
-    tasks = load_harbor_tasks(path, ids=(raw.get("dataset") or {}).get("ids"))
-    environment = raw.get("environment") or {}
-    if environment.get("type") != "harbor":
-        raise ConfigError("a harbor dataset runs in environment.type harbor (with verifier.type harbor)",
-                          "environment.type")
-    check_tasks(tasks, environment)
-    return tasks, describe_unhonoured(tasks)
-
-
-def dataset_file(dataset: Any, config_path: str) -> Path:
-    """The dataset section's file: relative to the config file, (re)generated first when it names a generator."""
-    path = Path(dataset.path).expanduser()
-    if dataset.path.startswith("hf://"):
-        return dataset.path  # a hub dataset: no file to resolve
-    if not path.is_absolute():
-        path = (Path(config_path).resolve().parent / path).resolve()
-    if dataset.generate:
-        generate = Registry("dataset generator", {}).load(dataset.generate, field="dataset.generate")
-        path = Path(generate(path.parent))
-    return path
 
 
 async def execute(job: Job) -> dict[str, Any]:

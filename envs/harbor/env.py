@@ -78,6 +78,12 @@ class HarborEnvironment(Stages):
         """The index of the step the agent is on (multi-step tasks)."""
         self.stage_rewards: list[dict[str, Any]] = []
 
+    @staticmethod
+    def image_for(task: Task) -> str:
+        """The task's image (its ``docker_image``, or the tag its ``environment/`` builds to): a farm sends the task's
+        rollouts to a node that already holds or built it (``rollout.config.components.PicksImages``)."""
+        return task.data["harbor"]["image"]
+
     @classmethod
     def from_config(cls, config: HarborEnvironmentConfig, runtime_builder: Callable[..., Runtime],
                     **_: Any) -> "HarborEnvironment":
