@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import secrets
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -16,9 +17,11 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from cluster.config.run_config import RunConfig
+from cluster.gateway.sandbox import INSIDE, SandboxGateway, gateway_dir
 from cluster.names import AGENTS, ENVIRONMENTS, MODELS, RUNTIMES, VERIFIERS, with_policy_path
 from cluster.serving.kinds import app_for
 from rollout.config.components import (
+    BindsPaths,
     ChecksRows,
     EndpointModelConfig,
     FromConfig,
@@ -28,7 +31,7 @@ from rollout.config.components import (
 )
 from rollout.config.load import deep_merge, validate
 from rollout.errors import ConfigError
-from rollout.protocols import Agent, Environment, HasLimits, Model, Runtime, Verifier
+from rollout.protocols import Agent, Environment, HasLimits, Model, Runtime, TakesGateway, Verifier
 from rollout.records import RequestMeta, Task
 from rollout.registry import Registry
 from rollout.termination import Limits
@@ -109,6 +112,9 @@ class Composer:
             if overrides:
                 self.model_component = Component(self.model_component.cls, model_config.model_copy(update=overrides))
         self.trusted_model = model_is_scripted(config)
+        self.gateways: list[SandboxGateway] = []
+        """The model gateways this run opens for agents that need one (``TakesGateway``), one per profile."""
+        self._gateway_dir = gateway_dir(secrets.token_hex(8))
         self.profiles: dict[str | None, Profile] = {None: self._profile(None)}
         for name in config.profiles:
             self.profiles[name] = self._profile(name)
@@ -187,10 +193,32 @@ class Composer:
             raise ConfigError("\n".join([problems[0].message, *(str(e) for e in problems[1:])]), problems[0].field)
         agent_obj = build(parts["agent"])
         limits = agent_obj.limits() if isinstance(agent_obj, HasLimits) else Limits()
+        if isinstance(agent_obj, TakesGateway) and agent_obj.needs_gateway():
+            parts["runtime"] = self._open_gateway(agent_obj, parts["runtime"], prefix + "agent")
         return Profile(agent=agent_obj, limits=limits, environment=parts["environment"], runtime=parts["runtime"],
                        verifier=parts["verifier"])
 
+    def _open_gateway(self, agent: TakesGateway, runtime: Component | None, field: str) -> Component | None:
+        """Bind a gateway in front of the run's model to ``agent``; the runtime section, its sandboxes binding the
+        gateway's directory (``BindsPaths``; a runtime on the host sees it as it is)."""
+        if not isinstance(self.model_component.config, EndpointModelConfig):
+            raise ConfigError("an agent that speaks OpenAI through the run's gateway needs the model at an HTTP "
+                              "address: a `serve` section (scripted or vllm), or `model: {type: openai, base_url}`; "
+                              "or name a gateway of your own with gateway_url", field)
+        inside = None
+        if runtime is not None and isinstance(runtime.config, BindsPaths):
+            config = runtime.config
+            runtime = Component(runtime.cls, config.model_copy(update={
+                "binds": [*config.binds, f"{self._gateway_dir}:{INSIDE}:ro"]}))
+            inside = INSIDE
+        gateway = SandboxGateway(self._gateway_dir, inside, self.model_url())
+        agent.bind_gateway(gateway)
+        self.gateways.append(gateway)
+        return runtime
+
     def build_model(self, base_url: str | None = None) -> Model:
+        for gateway in self.gateways:  # the gateway's upstream is the model this builds
+            gateway.set_upstream(self.model_url(base_url))
         comp = self.model_component
         config = comp.config
         if base_url is not None and isinstance(config, EndpointModelConfig):

@@ -65,6 +65,45 @@ class HoldsConnections(Protocol):
     async def aclose(self) -> None: ...
 
 
+class GatewayLease(Record):
+    """One rollout's door to the model gateway, as the rollout's sandbox sees it: the gateway's unix socket (a path
+    inside the rollout's runtime), the URL path of the rollout's OpenAI base, and a key good for this rollout alone."""
+
+    rollout_id: str
+    socket: str
+    path: str
+    """``/rollouts/<rollout id>/v1``: the base URL's path, after whatever address reaches the socket."""
+    api_key: str
+
+
+@runtime_checkable
+class ModelGateway(Protocol):
+    """The gateway the farm opens for an agent that only speaks OpenAI (a harness it did not write): each rollout's
+    calls go through it to the run's model, recorded with their token data, and only with that rollout's key."""
+
+    async def open(self, meta: RequestMeta) -> GatewayLease:
+        """A lease for this rollout (an earlier lease of the same rollout id, and its calls, are dropped)."""
+        ...
+
+    async def calls(self, rollout_id: str) -> dict[str, Any]:
+        """``{"calls": [...], "dropped": n}``: what the rollout's lease recorded (``rollout.wire.gateway_calls``)."""
+        ...
+
+    async def close(self, rollout_id: str) -> None:
+        """The lease ends: its key is refused from now on, its calls forgotten."""
+        ...
+
+
+@runtime_checkable
+class TakesGateway(Protocol):
+    """An optional ability of an agent: its model calls come from a program of its own through a gateway the farm
+    opens per rollout. The composition binds one when ``needs_gateway()`` (no gateway of the user's own named)."""
+
+    def needs_gateway(self) -> bool: ...
+
+    def bind_gateway(self, gateway: ModelGateway) -> None: ...
+
+
 class ExecResult(Record):
     output: str
     returncode: int

@@ -154,6 +154,7 @@ def test_subfolders_import_one_way(folder, forbidden):
 PARTS = {
     "entry": {"cli", "run", "farm", "gym", "web", "__main__", "__init__"},
     "assembly": {"assembly", "compose", "names", "backends", "config"},
+    "gateway": {"gateway"},
     "workers": {"workers", "placement", "transfer"},
     "serving": {"serving"},
     "session": {"session"},
@@ -204,6 +205,8 @@ def part_offences(arrows: list[tuple[str, str, str]]) -> list[str]:
             found.append(f"{where}: {src} ({here}) imports the entry part ({dst})")
         if {here, there} == {"serving", "workers"}:
             found.append(f"{where}: serving and workers never import each other ({src} -> {dst})")
+        if here == "gateway" and there != "gateway":
+            found.append(f"{where}: gateway is a leaf; it imports {dst}")
         if here == "session" and there != "session":
             found.append(f"{where}: session is the floor; it imports {dst}")
         if here in LOWER_THAN_ASSEMBLY and dst in {"assembly", "config", "compose"}:

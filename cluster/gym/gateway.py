@@ -1,197 +1,71 @@
-"""The per-rollout model gateway: ``/rollouts/<rollout_id>/v1`` is an OpenAI-compatible base URL in front of an
-upstream OpenAI-compatible model (our Serve model, vLLM, the scripted server), so an agent that only speaks OpenAI
-(a CLI coding agent in a container, ``agents.external_agent``) can be farmed, its token data kept.
+"""The per-rollout model gateway over HTTP, for a gateway of one's own (``gateway_router`` in an app of one's own,
+``gateway_app`` standalone; the agent server mounts it too): the routes in front of ``cluster.gateway.engine``.
 
-Routes (``gateway_router`` for an app of one's own, ``gateway_app`` standalone):
-- ``POST /rollouts/{id}/v1/chat/completions`` — forwarded upstream asking for ``logprobs`` and ``return_token_ids``
-  (as ``OpenAIModel`` does), with the rollout's identity (``metadata.rollout_id``, the session header that keeps a
-  rollout on one replica). The agent gets the upstream's reply, without the token fields it did not ask for;
-  ``stream: true`` is answered as server-sent events built from the full reply.
-- ``GET /rollouts/{id}/v1/models``; ``GET /rollouts/{id}/calls`` (the recorded calls); ``DELETE /rollouts/{id}``.
-Upstream errors come back OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``) with the upstream's
-status; an unreachable upstream (or a reply that is not a chat completion) is a 502 of the same shape.
-
-Each call is recorded (``call_store``): messages, tools, reply, finish_reason, usage, token ids, logprobs,
-``started_at`` and ``seconds``, and its ``parent``: the earlier call whose messages + reply are the longest prefix
-of its messages; one that extends none (a compacted or rewritten prompt) starts a new ``segment``. ``calls_to_steps``
-(``agents.external_agent``) turns a rollout's calls into Steps, token segments and contiguity breaks.
-
-Memory is bounded: at most ``max_calls_per_rollout`` calls per rollout (the oldest dropped, and counted), at most
-``max_rollouts`` rollouts (the least recently used dropped), a rollout untouched for ``ttl`` seconds forgotten.
+- ``POST /rollouts/{id}/v1/chat/completions``, ``GET /rollouts/{id}/v1/models``: the rollout's OpenAI base URL.
+- ``GET /rollouts/{id}/calls`` (the recorded calls); ``DELETE /rollouts/{id}`` (forget them).
+Anyone who reaches it may use any rollout's path: serve it where only the agents it is for reach it. The gateway a
+run opens itself (``cluster.gateway.sandbox``) is the guarded one: a key per rollout, reached only from its sandbox.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from typing import Any, AsyncIterator
 
-import aiohttp
-import orjson
 from fastapi import APIRouter, FastAPI, Request
-from pydantic import Field
 from starlette.responses import Response
 
-from cluster.gym.call_store import CallStore
-from cluster.gym.gateway_replies import as_events, decode_reply, error_message, error_reply, json_reply
-from rollout.config.load import StrictModel
-from rollout.wire.chat import SESSION_HEADER, parse_response, snippet
+from cluster.gateway.call_store import CallStore
+from cluster.gateway.engine import Gateway, GatewayConfig
+from cluster.gateway.replies import Reply, error_reply
 from rollout.wire.gateway_calls import CallSteps, calls_to_steps
 
 __all__ = ["Gateway", "GatewayConfig", "gateway_router", "gateway_app", "CallStore", "calls_to_steps", "CallSteps"]
 
 
-class GatewayConfig(StrictModel):
-    upstream_base_url: str
-    """The upstream's OpenAI base URL (``http://host:port/v1``)."""
-    model: str | None = None
-    """Replace the model the agent names with this one (and list only it); none: pass it through."""
-    api_key: str | None = None
-    """Sent upstream as the bearer token (the agent's own key is never forwarded)."""
-    timeout: float = Field(600.0, gt=0)
-    """Seconds an upstream request may take."""
-    send_metadata: bool = True
-    """Put ``metadata: {rollout_id}`` in the upstream body (off for servers that reject unknown fields)."""
-    max_calls_per_rollout: int = Field(1000, ge=1)
-    max_rollouts: int = Field(10_000, ge=1)
-    ttl: float = Field(3600.0, gt=0)
-    """Seconds after its last call (or read) a rollout's calls are forgotten."""
+def _response(reply: Reply) -> Response:
+    headers = {"Cache-Control": "no-cache"} if reply.media_type == "text/event-stream" else None
+    return Response(reply.body, status_code=reply.status, media_type=reply.media_type, headers=headers)
 
 
-class Gateway:
-    """The routes and the recorded calls of every rollout; one upstream client session per event loop."""
+def _routes(gateway: Gateway) -> APIRouter:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        yield
+        await gateway.aclose()
 
-    def __init__(self, config: GatewayConfig):
-        self.config = config
-        self.upstream = config.upstream_base_url.rstrip("/")
-        self.store = CallStore(config.max_calls_per_rollout, config.max_rollouts, config.ttl)
-        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+    router = APIRouter(lifespan=lifespan)
 
-    def _session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
-            session = self._sessions[loop] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        return session
+    async def chat(rollout_id: str, request: Request) -> Response:
+        return _response(await gateway.chat_body(rollout_id, await request.body()))
 
-    async def aclose(self) -> None:
-        for session in self._sessions.values():
-            await session.close()
-        self._sessions.clear()
+    async def models(rollout_id: str) -> Response:
+        return _response(await gateway.models(rollout_id))
 
-    async def _send(self, method: str, path: str, body: Any = None,
-                    rollout_id: str = "") -> tuple[int, Any] | Response:
-        """(status, decoded JSON) of an upstream request, or the OpenAI-shaped error response to give the agent."""
-        headers = {"Content-Type": "application/json"}
-        if self.config.api_key:
-            headers["Authorization"] = f"Bearer {self.config.api_key}"
-        if rollout_id:
-            headers.update({"X-Rollout-Id": rollout_id, SESSION_HEADER: rollout_id})
-        url = self.upstream + path
-        try:
-            async with self._session().request(method, url, data=None if body is None else orjson.dumps(body),
-                                               headers=headers,
-                                               timeout=aiohttp.ClientTimeout(total=self.config.timeout)) as resp:
-                status, raw = resp.status, await resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            return error_reply(f"upstream {url} cannot be reached: {type(exc).__name__}: {exc}", 502)
-        data, text = decode_reply(raw), raw.decode("utf-8", "replace")
-        if status != 200:
-            got = data.get("error", data) if isinstance(data, dict) else None
-            if isinstance(got, dict) and "message" in got:
-                return json_reply({"error": {k: got.get(k) for k in ("message", "type", "param", "code")}}, status)
-            return error_reply(f"upstream HTTP {status}: {snippet(text)}", status)
-        if data is None:
-            return error_reply(f"upstream {url} answered with a body that is not JSON: {snippet(text)}", 502)
-        return status, data
+    async def calls(rollout_id: str) -> Response:
+        return _response(gateway.calls_reply(rollout_id))
 
-    async def chat(self, rollout_id: str, request: Request) -> Response:
-        try:
-            body = orjson.loads(await request.body())
-            messages = body["messages"]
-            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-                raise TypeError
-        except (ValueError, KeyError, TypeError):
-            return error_reply("body must be a JSON object with messages: a list of message objects", 400)
-        stream, options = bool(body.pop("stream", False)), body.pop("stream_options", None) or {}
-        wants_ids, wants_logprobs = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
-        upstream = {**body, "logprobs": True, "return_token_ids": True}
-        if self.config.model:
-            upstream["model"] = self.config.model
-        if self.config.send_metadata:
-            own = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-            upstream["metadata"] = {**own, "rollout_id": rollout_id}
-        started, t0 = time.time(), time.perf_counter()
-        got = await self._send("POST", "/chat/completions", upstream, rollout_id)
-        call: dict[str, Any] = {"messages": messages, "tools": body.get("tools"), "message": None,
-                                "started_at": started, "seconds": time.perf_counter() - t0}
-        if isinstance(got, Response):
-            self.store.record(rollout_id, {**call, "status": got.status_code, "error": error_message(got)})
-            return got
-        data = got[1]
-        try:
-            reply = parse_response(data)
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            error = error_reply(f"upstream reply is not a chat completion ({exc!r}): {snippet(str(data))}", 502)
-            self.store.record(rollout_id, {**call, "status": 502, "error": error_message(error)})
-            return error
-        self.store.record(rollout_id, {
-            **call, "message": reply.message, "finish_reason": reply.finish_reason, "usage": reply.usage.model_dump(),
-            "prompt_token_ids": reply.prompt_token_ids, "completion_token_ids": reply.completion_token_ids,
-            "logprobs": reply.logprobs, "model": reply.model, "status": 200, "error": None,
-        })
-        if not wants_ids:
-            data.pop("prompt_token_ids", None)
-        for choice in data.get("choices") or []:
-            if not wants_ids:
-                choice.pop("token_ids", None)
-            if not wants_logprobs:
-                choice["logprobs"] = None
-        if stream:
-            chunks = b"".join(as_events(data, bool(options.get("include_usage"))))
-            return Response(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        return json_reply(data, 200)
+    async def forget(rollout_id: str) -> Response:
+        return _response(gateway.forget_reply(rollout_id))
 
-    async def models(self, rollout_id: str) -> Response:
-        if self.config.model:
-            listed = {"id": self.config.model, "object": "model", "created": 0, "owned_by": "rollout-farm"}
-            return json_reply({"object": "list", "data": [listed]}, 200)
-        got = await self._send("GET", "/models")
-        return got if isinstance(got, Response) else json_reply(got[1], 200)
+    async def unknown(rollout_id: str, rest: str, request: Request) -> Response:
+        return _response(error_reply(f"{request.method} /v1/{rest} is not a route of this gateway", 404,
+                                     "NotFoundError"))
 
-    def router(self) -> APIRouter:
-        @contextlib.asynccontextmanager
-        async def lifespan(_: Any) -> AsyncIterator[None]:
-            yield
-            await self.aclose()
-
-        router = APIRouter(lifespan=lifespan)
-        router.add_api_route("/rollouts/{rollout_id:path}/v1/chat/completions", self.chat, methods=["POST"])
-        router.add_api_route("/rollouts/{rollout_id:path}/v1/models", self.models, methods=["GET"])
-
-        async def calls(rollout_id: str) -> Response:
-            return json_reply({"rollout_id": rollout_id, "dropped": self.store.dropped(rollout_id),
-                          "calls": self.store.calls(rollout_id)}, 200)
-
-        async def forget(rollout_id: str) -> Response:
-            return json_reply({"rollout_id": rollout_id, "forgotten": self.store.forget(rollout_id)}, 200)
-
-        async def unknown(rollout_id: str, rest: str, request: Request) -> Response:
-            return error_reply(f"{request.method} /v1/{rest} is not a route of this gateway", 404, "NotFoundError")
-
-        router.add_api_route("/rollouts/{rollout_id:path}/calls", calls, methods=["GET"])
-        router.add_api_route("/rollouts/{rollout_id:path}/v1/{rest:path}", unknown,
-                             methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
-        router.add_api_route("/rollouts/{rollout_id:path}", forget, methods=["DELETE"])
-        return router
+    router.add_api_route("/rollouts/{rollout_id:path}/v1/chat/completions", chat, methods=["POST"])
+    router.add_api_route("/rollouts/{rollout_id:path}/v1/models", models, methods=["GET"])
+    router.add_api_route("/rollouts/{rollout_id:path}/calls", calls, methods=["GET"])
+    router.add_api_route("/rollouts/{rollout_id:path}/v1/{rest:path}", unknown,
+                         methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    router.add_api_route("/rollouts/{rollout_id:path}", forget, methods=["DELETE"])
+    return router
 
 
 def gateway_router(upstream_base_url: str, **options: Any) -> APIRouter:
     """The gateway's routes for an app of one's own (``app.include_router``); ``options``: ``GatewayConfig``'s
     fields. The ``Gateway`` behind them is ``router.gateway``."""
     gateway = Gateway(GatewayConfig(upstream_base_url=upstream_base_url, **options))
-    router = gateway.router()
+    router = _routes(gateway)
     router.gateway = gateway  # type: ignore[attr-defined]
     return router
 

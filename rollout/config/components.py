@@ -1,6 +1,7 @@
 """What a component named by a config section declares for the one who builds it (``cluster.compose``), so that the
 composer asks declared questions and never probes by name: how the component is built from its section
-(``FromConfig``), what its section holds (``EndpointModelConfig``, ``RunsImages``, ``CapsOutput``, ``RunsContainers``),
+(``FromConfig``), what its section holds (``EndpointModelConfig``, ``RunsImages``, ``CapsOutput``, ``RunsContainers``,
+``BindsPaths``),
 and what its class offers before any instance exists (``ChecksRows``, ``PicksImages``). Each is asked with
 ``isinstance`` (of a section) or ``issubclass`` (of a class); a component that matches none is built and run all the
 same."""
@@ -70,6 +71,16 @@ class RunsContainers(Protocol):
     def container_engine(self) -> str:
         """The engine the containers run on (``docker``, ``podman``)."""
         ...
+
+
+@runtime_checkable
+class BindsPaths(Protocol):
+    """A runtime section whose sandboxes see a host directory only where it is bound into them (docker, podman,
+    apptainer): the composer binds the model gateway's socket directory there for an agent that needs one
+    (``rollout.protocols.TakesGateway``). A runtime without it runs on the host and sees the directory as it is."""
+
+    binds: list[str]
+    """``source:target[:ro]``: host directories bound into each sandbox."""
 
 
 @runtime_checkable

@@ -64,6 +64,9 @@ class DockerRuntimeConfig(StrictModel):
     ulimits: dict[str, int | str] | None = None
     """Resource limits, ``{"nofile": "20000:20000", "nproc": 4096}``; none: the engine's defaults, except that
     podman gets nofile=20000:20000 and nproc=4096:4096 (its own defaults fail to apply in nested containers).
+    binds: list[str] = Field(default_factory=list)
+    """Host directories bound into the container, ``source:target[:ro]`` (the run binds its model gateway's socket
+    directory here for an agent that needs one: ``rollout.config.components.BindsPaths``)."""
     An ``fsize`` here overrides ``max_file_size``."""
     max_file_size: str | None = Field("1g", pattern=r"^[0-9]+[bkmgBKMG]?$")
     """Largest file a command may write (ulimit fsize, e.g. "1g", "64m"): a writer past it gets SIGXFSZ

@@ -182,7 +182,7 @@ def quiet_remove(api: Any, container_id: str) -> None:
 def host_config(api: Any, cfg: Any, engine: str, *, engine_init: bool, disk: bool) -> Any:
     """The container's limits as the engine takes them: memory (no swap beyond it), CPUs, pids, every
     capability dropped but ``cap_add``, ulimits (podman's defaults unless given; ``max_file_size`` as ``fsize``),
-    the disk quota where the storage driver has one, removed when it stops."""
+    the disk quota where the storage driver has one, the ``binds``, removed when it stops."""
     ulimits = dict(cfg.ulimits if cfg.ulimits is not None else (PODMAN_ULIMITS if engine == "podman" else {}))
     if cfg.max_file_size is not None:
         ulimits.setdefault("fsize", size_bytes(cfg.max_file_size))
@@ -190,5 +190,5 @@ def host_config(api: Any, cfg: Any, engine: str, *, engine_init: bool, disk: boo
         network_mode=cfg.network, mem_limit=cfg.memory, memswap_limit=cfg.memory, nano_cpus=int(cfg.cpus * 1e9),
         pids_limit=cfg.pids_limit, cap_drop=["ALL"], cap_add=cfg.cap_add or None, security_opt=cfg.security_opt,
         init=engine_init, auto_remove=True, ulimits=[ulimit(k, v) for k, v in ulimits.items()] or None,
-        storage_opt={"size": cfg.disk} if disk else None,
+        storage_opt={"size": cfg.disk} if disk else None, binds=list(cfg.binds) or None,
     )

@@ -16,7 +16,7 @@ from agents.demo.tools import demo_tools
 from agents.swe_agent import MiniSweAgent, MiniSweAgentConfig
 from agents.text_agent import TextActionAgent, TextActionAgentConfig
 from agents.tool_agent import ToolCallingAgent, ToolCallingAgentConfig
-from cluster.gym.call_store import CallStore
+from cluster.gateway.call_store import CallStore
 from envs.runtimes.local import LocalRuntime
 from envs.shell_env import ShellEnvironment
 from envs.tool_env import ToolEnvironment

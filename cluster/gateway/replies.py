@@ -1,13 +1,13 @@
-"""What the model gateway (``gateway``) answers with: upstream bodies read leniently, JSON replies, OpenAI-shaped
-errors, and a full chat completion as the server-sent events of ``stream: true`` (the whole message in one chunk,
-then the finish, then the usage when asked)."""
+"""What the model gateway (``engine``) answers with, whatever serves it: a ``Reply`` (status, body, media type),
+upstream bodies read leniently, JSON replies, OpenAI-shaped errors, and a full chat completion as the server-sent
+events of ``stream: true`` (the whole message in one chunk, then the finish, then the usage when asked)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import orjson
-from starlette.responses import Response
 
 from rollout.wire.chat import error_body, loads_lenient
 
@@ -22,16 +22,25 @@ def decode_reply(raw: bytes) -> Any:
             return None
 
 
-def json_reply(payload: Any, status: int) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+@dataclass(frozen=True)
+class Reply:
+    """An answer of the gateway, for the HTTP server in front of it (FastAPI, a unix socket's aiohttp) to send."""
+
+    status: int
+    body: bytes
+    media_type: str = "application/json"
 
 
-def error_reply(message: str, status: int, kind: str | None = None) -> Response:
+def json_reply(payload: Any, status: int) -> Reply:
+    return Reply(status, orjson.dumps(payload))
+
+
+def error_reply(message: str, status: int, kind: str | None = None) -> Reply:
     return json_reply(error_body(message, status, kind=kind), status)
 
 
-def error_message(response: Response) -> str:
-    return orjson.loads(response.body)["error"]["message"]
+def error_message(reply: Reply) -> str:
+    return orjson.loads(reply.body)["error"]["message"]
 
 
 def as_events(data: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
