@@ -22,6 +22,11 @@ class DockerRuntimeConfig(StrictModel):
     pull: Literal["never", "missing"] = "never"
     """"never": a missing image is an error; "missing": pull it from its registry first. For podman, copy an
     image from docker with `podman pull docker-daemon:<image>`."""
+    harness: list[str] = Field(default_factory=list)
+    """Pip requirements installed into the container's image as a layer of their own before it starts (wheels fetched
+    on the machine that builds; containers have no network), e.g. ``["mini-swe-agent==2.4.6"]``: their console
+    scripts run from ``/usr/local/bin``, and what those run does not see their packages
+    (``envs.images.harness_images``)."""
     user: str | None = None
     """Who runs the commands (a name or uid); none: the image's USER."""
     workdir: str = "/workspace"
@@ -59,14 +64,14 @@ class DockerRuntimeConfig(StrictModel):
     """Combined stdout+stderr kept per command; past it the command is killed and ``truncated`` set."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment variables of the container (every command sees them)."""
+    binds: list[str] = Field(default_factory=list)
+    """Host directories bound into the container, ``source:target[:ro]`` (the run binds its model gateway's socket
+    directory here for an agent that needs one: ``rollout.config.components.BindsPaths``)."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra container labels (ours, ``rollout-farm.*``, are always set)."""
     ulimits: dict[str, int | str] | None = None
     """Resource limits, ``{"nofile": "20000:20000", "nproc": 4096}``; none: the engine's defaults, except that
     podman gets nofile=20000:20000 and nproc=4096:4096 (its own defaults fail to apply in nested containers).
-    binds: list[str] = Field(default_factory=list)
-    """Host directories bound into the container, ``source:target[:ro]`` (the run binds its model gateway's socket
-    directory here for an agent that needs one: ``rollout.config.components.BindsPaths``)."""
     An ``fsize`` here overrides ``max_file_size``."""
     max_file_size: str | None = Field("1g", pattern=r"^[0-9]+[bkmgBKMG]?$")
     """Largest file a command may write (ulimit fsize, e.g. "1g", "64m"): a writer past it gets SIGXFSZ

@@ -48,6 +48,8 @@ class DockerRuntime:
         self.name = docker_start.container_name(self.run_id, self.rollout_id)
         """Predictable and readable: rf-<run>-<rollout>-<random>."""
         self.container_id: str | None = None
+        self._image = config.image
+        """What the container starts from: the configured image, or its harness layer (``start`` resolves it)."""
         self._api: Any = None
         self._switch: Any = None
         self._started_at = 0.0
@@ -71,6 +73,7 @@ class DockerRuntime:
         elif self.container_id is None:
             containers.install_hooks()  # here, on the loop's thread: a signal handler needs the main thread
             cfg = self.config
+            self._image = await asyncio.to_thread(docker_start.image_to_run, cfg)  # a harness layer may build now
             gate = start_gate.gate_for(self.engine, cfg.base_url, cfg.start_limit, cfg.start_rate)
             await gate.run(lambda: engines.in_pool(self._start_blocking), retries=cfg.start_retries,
                            engine=self.engine, before_retry=lambda: engines.in_pool(self._remove_half_started))
@@ -169,7 +172,7 @@ class DockerRuntime:
         try:
             # stdin_open without detach: the SDK then sets StdinOnce, so the engine closes the main process's
             # stdin when the switch's stream closes.
-            created = api.create_container(cfg.image, command, name=self.name, labels=labels, environment=cfg.env,
+            created = api.create_container(self._image, command, name=self.name, labels=labels, environment=cfg.env,
                                            working_dir=cfg.workdir, host_config=host_config,
                                            stdin_open=cfg.die_with_owner, detach=not cfg.die_with_owner)
         except Exception as exc:
@@ -182,7 +185,7 @@ class DockerRuntime:
             if status(exc) == 404 and "image" in str(exc).lower() and cfg.pull == "missing" and not pulled:
                 self._pull(api)
                 return self._start_blocking(pulled=True)
-            raise docker_start.start_error(exc, cfg.image, self.engine) from exc
+            raise docker_start.start_error(exc, self._image, self.engine) from exc
         cid = created["Id"]
         containers.track(cid, self.engine, cfg.base_url, self.name)
         switch = None
@@ -195,7 +198,7 @@ class DockerRuntime:
             containers.untrack(cid)
             if switch is not None:
                 docker_start.release_switch(switch)
-            raise docker_start.start_error(exc, cfg.image, self.engine) from exc
+            raise docker_start.start_error(exc, self._image, self.engine) from exc
         self._api, self.container_id, self._switch, self._started_at = api, cid, switch, time.monotonic()
         if self._closed:  # close() ran while we were starting
             self._remove()

@@ -1,5 +1,5 @@
-"""Creating a container: its readable name, main process and dead-man's switch, ulimits, disk limits, start errors
-that say what to do, quiet removal."""
+"""Creating a container: the image it starts from (a harness layer on the configured one), its readable name, main
+process and dead-man's switch, ulimits, disk limits, start errors that say what to do, quiet removal."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from envs.images.harness_images import ensure_harness_image
+from envs.runtimes.docker import engines
 from envs.runtimes.docker.config import PODMAN_ULIMITS
 from envs.runtimes.docker.engines import explain, status
 from rollout.errors import ContainerStartError
@@ -40,6 +42,14 @@ def container_name(run_id: str, rollout_id: str) -> str:
         return re.sub(r"[^a-zA-Z0-9_.-]+", "-", part).strip("-.")[:40] or "x"
 
     return f"rf-{clean(run_id)}-{clean(rollout_id)}-{secrets.token_hex(3)}"
+
+
+def image_to_run(cfg: Any) -> str:
+    """The image a container of ``cfg`` starts from: ``cfg.image``, or with a ``harness`` the layer holding it, built
+    on ``cfg.image`` in the container's engine if missing (blocking: call it off the event loop)."""
+    if not cfg.harness:
+        return cfg.image
+    return ensure_harness_image(cfg.image, cfg.harness, engines.client(cfg.container_engine, cfg.base_url))
 
 
 def main_command(ttl: float, pid1_reaps: bool, die_with_owner: bool) -> list[str]:
