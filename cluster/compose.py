@@ -125,6 +125,11 @@ class Composer:
         """Shipped to workers without the dataset: each binds the tasks it is handed (``bind_tasks``)."""
         return {**self.__dict__, "tasks": {}}
 
+    async def aclose(self) -> None:
+        """Stop this process's gateway servers (their sockets removed) and their upstream sessions."""
+        for gateway in self.gateways:
+            await gateway.aclose()
+
     def container_engines(self) -> set[str]:
         """Container engines the profiles' runtimes use (their leftovers are reaped at a run's start)."""
         engines = set()

@@ -28,6 +28,7 @@ class LocalBackend(Backend):
         return result
 
     async def close(self) -> None:
-        """Close the model's client (its connection pool)."""
+        """Close the model's client (its connection pool) and the run's gateway in this process."""
         if isinstance(self.model, HoldsConnections):
             await self.model.aclose()
+        await self.composer.aclose()

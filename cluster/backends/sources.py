@@ -47,6 +47,10 @@ class ConfigSource:
         else:
             self.composer.tasks.pop(task.task_id, None)
 
+    async def aclose(self) -> None:
+        """Stop what the composer opened in this process (the run's gateway for an outside agent)."""
+        await self.composer.aclose()
+
 
 class ObjectSource:
     """Parts from objects: a model, an agent, and factories ``env_factory(task, meta)`` /
@@ -79,6 +83,9 @@ class ObjectSource:
 
     def release(self, task: Task) -> None:
         """Nothing to let go of once a rollout ends."""
+
+    async def aclose(self) -> None:
+        """Nothing opened here: the trainer's objects are the trainer's."""
 
 
 RolloutSource = ConfigSource | ObjectSource

@@ -144,11 +144,13 @@ class RolloutWorker(Mailbox):
         return reap_dead_owners(run_id, engines, out=None)
 
     async def shutdown(self) -> None:
-        """Close the model's connections, the warm pools, and every container this process still tracks."""
+        """Close the model's connections, the source's gateway, the warm pools, and every container this process
+        still tracks."""
         if self._model is not None:
             await self._model.aclose()
             self._model = None
         if self.metrics is not None:
             await self.metrics.aclose()
+        await self.source.aclose()
         await close_all()
         await asyncio.to_thread(remove_tracked)
