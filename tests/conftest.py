@@ -263,3 +263,11 @@ def renderers_python():
     from foreign_venvs import RENDERERS, python_for
 
     return python_for(RENDERERS)
+
+
+@pytest.fixture(scope="session")
+def skyrl_python():
+    """The python of the SkyRL 0.3.0 venv (beside ours: it sees our packages after its own)."""
+    from foreign_venvs import SKYRL, python_for
+
+    return python_for(SKYRL)

@@ -15,6 +15,7 @@ Only the standard library at the top level: the venvs' own children may import t
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import inspect
 import json
 import os
@@ -22,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 from dataclasses import dataclass
@@ -198,3 +200,28 @@ RENDERERS = ForeignVenv(
     installs=(("renderers==0.1.12", "transformers==5.24.0", "httpx==0.28.1"),),
     probe=_probe("renderers.client", "transformers"),
     require="ROLLOUT_REQUIRE_RENDERERS")
+
+
+def _beside_ours(python: Path) -> None:
+    """SkyRL's interface modules import torch, ray and transformers, and its generator here calls our farm: the venv
+    sees our venv's packages after its own (a ``.pth`` line), and ours is never changed. SkyRL 0.3.0 declares Python >=
+    3.11, but its tinker types are pydantic models over ``typing.TypedDict``, which pydantic takes only from 3.12: on
+    3.11 (the only Python torch's CPU wheel here is built for) the venv starts with ``typing.TypedDict`` set to
+    ``typing_extensions``' (the one pydantic asks for there)."""
+    ours = sysconfig.get_paths()["purelib"]
+    purelib = _run(str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    lines = [f"import site; site.addsitedir({ours!r})"]
+    if sys.version_info < (3, 12):
+        lines.append("import typing, typing_extensions; typing.TypedDict = typing_extensions.TypedDict")
+    (Path(purelib) / "zz-rollout-farm-beside.pth").write_text("\n".join(lines) + "\n")
+
+
+SKYRL = ForeignVenv(
+    # one per venv of ours it sits beside (a checkout's own)
+    "skyrl-0.3.0-beside-" + hashlib.sha1(sys.prefix.encode()).hexdigest()[:10],
+    # SkyRL declares torch, vllm, ray, flash-attn...: the package without them, and what the interface modules import
+    # beyond our venv's packages.
+    installs=(("--no-deps", "skyrl==0.3.0", "skyrl-gym==0.4.0", "omegaconf==2.4.0", "torchdata==0.11.0",
+               "jaxtyping==0.3.11", "wadler_lindig==0.1.8"),),
+    probe=_probe("skyrl.train.generators.base", "skyrl.train.generators.utils"),
+    require="ROLLOUT_REQUIRE_SKYRL", finish=_beside_ours)
