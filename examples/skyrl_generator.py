@@ -2,8 +2,9 @@
 ``RolloutFarm``: SkyRL's trainer hands it its input batch and gets its ``GeneratorOutput`` back, every rollout run by
 the farm (its agents, environments, sandboxes and verifiers; retries, group policy, staleness).
 
-    pip install -e . && pip install skyrl==0.3.0 skyrl-gym==0.4.0     # in SkyRL's environment (Python >= 3.12)
-    python -m examples.skyrl_generator       # from the checkout: the RL example's tool tasks, one SkyRL batch
+    pip install 'skyrl[fsdp]==0.3.0'      # SkyRL's own environment (Python >= 3.12), then, from this checkout:
+    pip install -e '.[ray]'
+    python -m examples.skyrl_generator     # the RL example's tool tasks, one SkyRL batch, checked by SkyRL
 
 SkyRL 0.3.0 imports on Python 3.12 and later (on 3.11, pydantic refuses its tinker types' ``typing.TypedDict``); the
 tests run it in a venv beside ours instead (``tests/foreign_venvs.py``, ``SKYRL``). Its trainer needs CUDA (its FSDP
