@@ -1,7 +1,12 @@
 """Scripted SWE policies for the Mini-SWE bash loop: ``gold`` (the reference patch), ``empty``, ``replay``.
 
-Each reply is one ```bash block; the turn is counted from the assistant messages so far. They need the
-task (``ScriptedModel(tasks=...)``, which the composition passes): its SWE fields are in ``task.data``.
+Each reply holds one command, in the form the request asks for, as a model would answer it: a call of the ``bash``
+tool when the request offers a function tool of that name with a string ``command`` parameter (mini-swe-agent's
+default config), otherwise a fenced block after a line of thought. The block's fence is the one the prompt's own
+examples use (the system message's code blocks, else the first user message's, when they all name one language:
+```mswea_bash_command for mini-swe-agent's text-based config), and ```bash when the prompt shows none or several.
+The turn is counted from the assistant messages so far. They need the task (``ScriptedModel(tasks=...)``, which
+the composition passes): its SWE fields are in ``task.data``.
 
 ``replay`` plays back the shell commands of a stored trajectory, one per turn, in order. The
 trajectory comes from ``task.data["replay_trajectory"]``, which names either
@@ -14,8 +19,8 @@ trajectory comes from ``task.data["replay_trajectory"]``, which names either
 ``replay_from(source)`` builds the same policy from a config-level source instead: a run directory, or a
 mapping ``{task_id: trajectory file or run directory}``. Relative paths are taken from the current
 directory. Only actions with a string ``command`` argument are replayed (bash actions, and tool calls
-such as ``bash(command=...)``); steps without one (format errors) are skipped. A command that would
-break the ```bash fence is sent as ``eval "$(echo <base64> | base64 -d)"``. When the commands run out
+such as ``bash(command=...)``); steps without one (format errors) are skipped. In a text reply, a command
+that would break the fence is sent as ``eval "$(echo <base64> | base64 -d)"``. When the commands run out
 before the episode ends (the recording ended on a limit, not a submission), the model call fails with a
 non-retryable ``ModelError``.
 """
@@ -27,10 +32,12 @@ import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rollout.context import message_text
 from rollout.errors import ModelError
 from rollout.models.policies import SUBMIT_SENTINEL
 from rollout.models.scripted import Output, Policy, PolicyContext
@@ -40,6 +47,10 @@ SUBMIT_COMMAND = f"echo {SUBMIT_SENTINEL} && git add -A && git diff --cached"
 """Stage everything and print the staged diff after the sentinel line: the Mini-SWE submission."""
 _UNSAFE = ("```", "<think>", "</think>")
 """Text that would end the bash block early or be dropped as reasoning by the parser."""
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_.+-]+)[ \t]*$", re.MULTILINE)
+"""The opening line of a fenced block that names its language."""
+DEFAULT_FENCE = "bash"
+"""The fence of a text reply when the prompt shows no single one (what the Mini-SWE bash loop parses)."""
 
 
 def gold(messages: list[Message], ctx: PolicyContext) -> Output:
@@ -49,15 +60,16 @@ def gold(messages: list[Message], ctx: PolicyContext) -> Output:
     path = _scratch_path(ctx)
     turn = _turn(messages)
     if turn == 1:
-        return _bash("I'll write the reference patch outside the repository.", heredoc_command(path, patch))
+        return reply(messages, ctx, "I'll write the reference patch outside the repository.",
+                     heredoc_command(path, patch))
     if turn == 2:
-        return _bash("Now apply it.", f"git apply {path}; code=$?; rm -f {path}; exit $code")
-    return _bash("The fix is in place; submitting.", SUBMIT_COMMAND)
+        return reply(messages, ctx, "Now apply it.", f"git apply {path}; code=$?; rm -f {path}; exit $code")
+    return reply(messages, ctx, "The fix is in place; submitting.", SUBMIT_COMMAND)
 
 
 def empty(messages: list[Message], ctx: PolicyContext) -> Output:
     """Submit at once, with nothing after the sentinel: the baseline every grader must score 0."""
-    return _bash("Submitting without changes.", f"echo {SUBMIT_SENTINEL}")
+    return reply(messages, ctx, "Submitting without changes.", f"echo {SUBMIT_SENTINEL}")
 
 
 def replay(messages: list[Message], ctx: PolicyContext) -> Output:
@@ -114,10 +126,7 @@ def _replay_turn(messages: list[Message], ctx: PolicyContext, source: str) -> Ou
     if turn > len(commands):
         raise ModelError(f"replay of {source} has {len(commands)} commands; none is left for turn {turn}",
                          retryable=False)
-    command = commands[turn - 1]
-    if any(mark in command for mark in _UNSAFE):
-        command = f'eval "$(echo {base64.b64encode(command.encode()).decode()} | base64 -d)"'
-    return _bash(f"Replaying command {turn} of {len(commands)}.", command)
+    return reply(messages, ctx, f"Replaying command {turn} of {len(commands)}.", commands[turn - 1])
 
 
 def _mtime(source: str) -> int:
@@ -193,5 +202,39 @@ def _turn(messages: list[Message]) -> int:
     return 1 + sum(1 for m in messages if m.get("role") == "assistant")
 
 
-def _bash(thought: str, command: str) -> str:
-    return f"{thought}\n```bash\n{command}\n```"
+def reply(messages: list[Message], ctx: PolicyContext, thought: str, command: str) -> Output:
+    """``command`` as the request asks for it: a ``bash`` tool call (``thought`` as the content) when the request
+    offers that tool, else ``thought`` and a fenced block in the prompt's fence (see the module doc)."""
+    if offers_bash_tool(ctx.tools):
+        return {"content": thought, "tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
+    if any(mark in command for mark in _UNSAFE):
+        command = f'eval "$(echo {base64.b64encode(command.encode()).decode()} | base64 -d)"'
+    return f"{thought}\n```{prompt_fence(messages)}\n{command}\n```"
+
+
+def offers_bash_tool(tools: list[dict[str, Any]] | None) -> bool:
+    """Whether ``tools`` (OpenAI function tools) hold one named ``bash`` whose ``command`` parameter is a string."""
+    for tool in tools or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or function.get("name") != "bash":
+            continue
+        command = ((function.get("parameters") or {}).get("properties") or {}).get("command")
+        kind = command.get("type") if isinstance(command, dict) else None
+        if kind == "string" or (isinstance(kind, list) and "string" in kind):
+            return True
+    return False
+
+
+def prompt_fence(messages: list[Message]) -> str:
+    """The language the prompt's code blocks name: the system message's, else the first user message's, when all of
+    its blocks name the same one; ``DEFAULT_FENCE`` when the prompt shows none or several."""
+    for role in ("system", "user"):
+        first = next((m for m in messages if m.get("role") == role), None)
+        if first is None:
+            continue
+        languages = set(_FENCE.findall(message_text(first)))
+        if len(languages) == 1:
+            return languages.pop()
+        if languages:
+            return DEFAULT_FENCE
+    return DEFAULT_FENCE

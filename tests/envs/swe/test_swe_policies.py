@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -17,8 +18,8 @@ from envs.swe import policies as swe_policies
 from envs.swe.logs.pytest_log import PASSING, parse_log_pytest
 from envs.swe.mini import build
 from rollout.data.dataset import load_tasks
-from rollout.errors import ExitReason
-from rollout.models.scripted import PolicyContext, ScriptedModel
+from rollout.errors import SUBMIT_SENTINEL, ExitReason
+from rollout.models.scripted import PolicyContext, ScriptedModel, to_message
 from rollout.records import Action, RequestMeta, RolloutResult, Step, Task, Trajectory
 from rollout.runner import run_rollout
 from rollout.store.run_dir import RunStore
@@ -158,3 +159,76 @@ def test_replay_of_a_run_directory_picks_the_sample_and_its_last_attempt(tmp_pat
     store.close()
     assert swe_policies.recorded_commands(store.run_dir, "t", 0) == ["echo zero"]
     assert swe_policies.recorded_commands(store.run_dir, "t", 1) == ["echo one"]
+
+
+# ---- the reply's form follows the request ---------------------------------------------------------------------------
+
+BASH_TOOL = {"type": "function", "function": {"name": "bash", "description": "Execute a bash command", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+"""The tool mini-swe-agent 2.x's default config offers."""
+
+
+def turns(policy, ctx, count, system="You run commands."):
+    """``count`` replies of ``policy``, each fed back as the assistant's message before the next turn."""
+    messages, replies = [{"role": "system", "content": system}, {"role": "user", "content": "fix it"}], []
+    for _ in range(count):
+        output = policy(messages, ctx)
+        replies.append(output)
+        messages += [to_message(output)[0], {"role": "user", "content": "<returncode>0</returncode>"}]
+    return replies
+
+
+def gold_context(tasks, tools):
+    task = tasks["mini__csvstats-1"]
+    return PolicyContext(RequestMeta(rollout_id="r#0", task_id=task.task_id), task, tools)
+
+
+def test_gold_offered_the_bash_tool_calls_it_with_the_blocks_commands(tasks):
+    blocks = turns(swe_policies.gold, gold_context(tasks, None), 3)
+    calls = turns(swe_policies.gold, gold_context(tasks, [BASH_TOOL]), 3)
+    for block, call in zip(blocks, calls):
+        [action] = BashBlockParser().parse({"role": "assistant", "content": block})
+        [tool_call] = call["tool_calls"]
+        assert tool_call == {"name": "bash", "arguments": {"command": action.arguments["command"]}}
+        assert call["content"] == block.split("\n```", 1)[0]  # the thought, as the content
+    assert calls[-1]["tool_calls"][0]["arguments"]["command"].startswith(f"echo {SUBMIT_SENTINEL}")
+    message, finish = to_message(calls[0])
+    assert finish == "tool_calls" and message["tool_calls"][0]["function"]["name"] == "bash"
+
+
+def test_a_tool_that_is_not_a_bash_command_gets_a_block():
+    ctx = PolicyContext(RequestMeta(rollout_id="r#0", task_id="t"), Task(task_id="t"), None)
+    other = {"type": "function", "function": {"name": "search", "parameters": {"properties": {"command": {
+        "type": "string"}}}}}
+    untyped = {"type": "function", "function": {"name": "bash", "parameters": {"properties": {"cmd": {}}}}}
+    for tools in ([other], [untyped], []):
+        ctx.tools = tools
+        assert swe_policies.empty([], ctx) == f"Submitting without changes.\n```bash\necho {SUBMIT_SENTINEL}\n```"
+
+
+@pytest.mark.parametrize(("system", "fence"), [
+    ("Reply with one block:\n\n```mswea_bash_command\nyour_command_here\n```\n", "mswea_bash_command"),
+    ("Reply with one block:\n\n```sh\nls\n```\nor\n```sh\npwd\n```", "sh"),
+    ("Reply with one bash block:\n```bash\nls\n```\nnever python:\n```python\nprint()\n```", "bash"),
+    ("No example here.", "bash"),
+], ids=["one custom fence", "one fence twice", "two languages", "no example"])
+def test_a_text_reply_uses_the_fence_the_prompt_shows(system, fence):
+    ctx = PolicyContext(RequestMeta(rollout_id="r#0", task_id="t"), Task(task_id="t"), None)
+    [reply] = turns(swe_policies.empty, ctx, 1, system=system)
+    assert reply == f"Submitting without changes.\n```{fence}\necho {SUBMIT_SENTINEL}\n```"
+    # what mini-swe-agent's text-based model (its default action_regex) reads from it
+    if fence == "mswea_bash_command":
+        assert re.findall(r"```mswea_bash_command\s*\n(.*?)\n```", reply, re.DOTALL) == [f"echo {SUBMIT_SENTINEL}"]
+
+
+def test_replay_offered_the_bash_tool_sends_a_recorded_command_as_it_was(tmp_path):
+    command = "printf '```\\n<think>x</think>\\n'"
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"steps": [{"actions": [{"arguments": {"command": command}}]}]}))
+    task = Task(task_id="t", data={"replay_trajectory": str(path)})
+    ctx = PolicyContext(RequestMeta(rollout_id="t#0", task_id="t"), task, [BASH_TOOL])
+    [call] = turns(swe_policies.replay, ctx, 1)
+    assert call["tool_calls"] == [{"name": "bash", "arguments": {"command": command}}]
+    ctx.tools = None
+    [block] = turns(swe_policies.replay, ctx, 1)
+    assert block.count("```") == 2 and "base64 -d" in block  # in a block, it travels encoded
