@@ -46,6 +46,7 @@ PROBE = (
 )
 """What the harness needs to know of the image's Python: where it is, its version and platform (which wheels fit),
 and the commands already on its PATH (a dependency's script never replaces one)."""
+PROBE_ULIMITS = {"nofile": 20000, "nproc": 4096}
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -216,8 +217,10 @@ def _probe(client: Any, image: str) -> dict[str, Any]:
     import docker
 
     try:
+        # explicit limits: podman's defaults cannot be applied in a nested container
+        limits = [docker.types.Ulimit(name=name, soft=value, hard=value) for name, value in PROBE_ULIMITS.items()]
         out = client.containers.run(image, ["-c", PROBE], entrypoint=["python3"], network_mode="none", remove=True,
-                                    stdout=True, stderr=True)
+                                    stdout=True, stderr=True, ulimits=limits)
         return json.loads(decode(out).strip().splitlines()[-1])
     except docker.errors.ContainerError as exc:
         detail = decode(exc.stderr or b"").strip()

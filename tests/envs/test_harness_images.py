@@ -104,17 +104,37 @@ def test_a_requirement_without_a_wheel_is_refused_saying_which(base):
     assert "pin a version that publishes such a wheel" in message
 
 
-@pytest.mark.docker
-def test_a_docker_runtime_with_a_harness_runs_its_script(base, layer):
+def run_script(section: dict) -> str:
+    """The output of the harness's script, and of the image's python importing it, in a runtime of ``section``."""
+
     async def scenario():
-        rt = DockerRuntime({"image": base, "harness": HARNESS}, run_id=f"test-{uuid.uuid4().hex[:8]}",
-                           rollout_id="harness")
+        rt = DockerRuntime(section, run_id=f"test-{uuid.uuid4().hex[:8]}", rollout_id="harness")
         await rt.start()
         try:
-            return await rt.exec("invoke --version && python3 -c 'import invoke' 2>&1 | tail -1")
+            result = await rt.exec("invoke --version && python3 -c 'import invoke' 2>&1 | tail -1")
         finally:
             await rt.close()
+        assert result.returncode == 0, result.output
+        return result.output
 
-    result = asyncio.run(scenario())
-    assert result.returncode == 0
-    assert result.output.splitlines() == ["Invoke 2.2.0", "ModuleNotFoundError: No module named 'invoke'"]
+    return asyncio.run(scenario())
+
+
+@pytest.mark.docker
+def test_a_docker_runtime_with_a_harness_runs_its_script(base, layer):
+    output = run_script({"image": base, "harness": HARNESS})
+    assert output.splitlines() == ["Invoke 2.2.0", "ModuleNotFoundError: No module named 'invoke'"]
+
+
+@pytest.mark.podman
+def test_a_podman_runtime_builds_the_layer_in_podman(base, podman_available):
+    if subprocess.run(["podman", "image", "exists", base]).returncode != 0:
+        subprocess.run(["podman", "pull", "-q", f"docker-daemon:{base}"], check=True, capture_output=True)
+    try:
+        output = run_script({"type": "podman", "image": base, "harness": HARNESS})
+        assert output.splitlines() == ["Invoke 2.2.0", "ModuleNotFoundError: No module named 'invoke'"]
+    finally:
+        ours = f"reference=rollout-farm/harness:harness-test-{base.rsplit(':', 1)[1]}-*"
+        listed = subprocess.run(["podman", "images", "-q", "--filter", ours], capture_output=True, text=True)
+        found = listed.stdout.split()
+        subprocess.run(["podman", "rmi", "-f", *found, base], capture_output=True)  # our alias, never the base
