@@ -73,7 +73,9 @@ class DockerRuntime:
         elif self.container_id is None:
             containers.install_hooks()  # here, on the loop's thread: a signal handler needs the main thread
             cfg = self.config
-            self._image = await asyncio.to_thread(docker_start.image_to_run, cfg)  # a harness layer may build now
+            # A harness layer may build now: in the I/O pool, whose threads are many, so rollouts waiting for the
+            # build never hold up the loop's small default executor.
+            self._image = await engines.in_pool(docker_start.image_to_run, cfg)
             gate = start_gate.gate_for(self.engine, cfg.base_url, cfg.start_limit, cfg.start_rate)
             await gate.run(lambda: engines.in_pool(self._start_blocking), retries=cfg.start_retries,
                            engine=self.engine, before_retry=lambda: engines.in_pool(self._remove_half_started))
