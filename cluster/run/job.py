@@ -89,6 +89,9 @@ def prepare(
         ray_available()  # before any work: a missing extra is a config problem, named as such
     run_id = config.run_id or Path(paths[0]).stem
     composer = Composer(config)
+    if composer.gateways:
+        notes.append("gateway: the agent's model calls go through the run's own gateway in each worker, a key per "
+                     "rollout; each sandbox reaches it through a socket bound into it and keeps no network")
     clock.end("config")
     clock.begin("dataset")
     dataset_path, tasks, loaded = load_dataset(config, paths[0], composer.row_check())

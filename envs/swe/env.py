@@ -15,15 +15,16 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field, field_validator
 
+from envs.images.harness_images import ensure_harness_image
 from envs.images.image_gc import parse_size
-from envs.images.image_names import NAME_FIELDS, image_for
+from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for
 from envs.images.instance_images import ensure_instance_image
 from envs.runtimes.past_repo import in_place_script
 from envs.runtimes.prepared import GIT_USER, PreparedRepoRuntime
 from envs.shell_env import ShellEnvironment, ShellEnvironmentConfig
 from envs.swe.diffs import diff_paths
 from envs.swe.rows.shapes import agent_base, check_shape, ref_problem, required_fields, start_ref
-from rollout.config.components import RunsImages
+from rollout.config.components import InstallsHarness, RunsImages
 from rollout.config.load import StrictModel
 from rollout.errors import ContainerStartError
 from rollout.protocols import EnvReset, HasConfig, Runtime
@@ -131,8 +132,14 @@ class SweEnvironment:
     def __init__(self, config: SweEnvironmentConfig | None = None, *, runtime_builder: RuntimeBuilder):
         self.config = config or SweEnvironmentConfig()
         self.builder = runtime_builder
-        self.images = _runs_images(runtime_builder())
+        probe = runtime_builder()
+        self.images = _runs_images(probe)
         """Whether the runtime runs images (the repo is in the instance image) or is a bare workspace."""
+        self.harness: list[str] = list(probe.config.harness) if self.images and isinstance(
+            probe.config, InstallsHarness) else []
+        """An outside agent's harness the runtime installs (``runtime.harness``): our instance images are built on
+        its layer (one copy of it per node, whatever the number of instances), and the runtime adds none on top."""
+        self._harness_base: str | None = None
         self.shell: ShellEnvironment | None = None
         self.task: Task | None = None
         self.repo_dir = "."
@@ -154,6 +161,8 @@ class SweEnvironment:
         """A new, unstarted runtime for ``task`` with its repository at ``repo_dir_for(task)`` once started:
         a container of the instance's image, or a workspace where the repository is cloned at base_commit."""
         if self.images:
+            if self.harness and _ours(task):
+                return self.builder(image=image_for(task.data, self.harness_base()), workdir="/testbed", harness=[])
             return self.builder(image=self.image_for(task), workdir="/testbed")
         repo = task.data.get("repo_path")
         if not repo:
@@ -161,13 +170,20 @@ class SweEnvironment:
                              "repository")
         return PreparedRepoRuntime(self.builder(), repo, agent_base(_ident(task), task.data), "testbed")
 
+    def harness_base(self) -> str:
+        """The base image with the harness's layer, built on first use (blocking: call it off the loop)."""
+        if self._harness_base is None:
+            self._harness_base = ensure_harness_image(DEFAULT_BASE_IMAGE, self.harness)
+        return self._harness_base
+
     def repo_dir_for(self, task: Task) -> str:
         return self.config.repo_dir or ("/testbed" if self.images else "testbed")
 
     async def reset(self, task: Task) -> EnvReset:
         if self.images and self.config.build_images:
             budget = self.config.image_budget_bytes
-            await asyncio.to_thread(ensure_instance_image, task, budget_bytes=budget)  # built once, off the loop
+            base = await asyncio.to_thread(self.harness_base) if self.harness and _ours(task) else DEFAULT_BASE_IMAGE
+            await asyncio.to_thread(ensure_instance_image, task, base, budget_bytes=budget)  # built once, off the loop
         runtime = self.fresh_runtime(task)
         self.repo_dir = self.repo_dir_for(task)
         self.task = task
@@ -220,6 +236,11 @@ def _foreign_image(task: Task) -> bool:
 
 def _ident(task: Task) -> str:
     return str(task.data.get("instance_id") or task.task_id)
+
+
+def _ours(task: Task) -> bool:
+    """Whether the task's image is one we build from its row (a repository, no image named by the row)."""
+    return bool(task.data.get("repo_path")) and not any(task.data.get(k) for k in NAME_FIELDS)
 
 
 def _runs_images(runtime: Runtime) -> bool:

@@ -1,10 +1,9 @@
 """What a component named by a config section declares for the one who builds it (``cluster.compose``), so that the
 composer asks declared questions and never probes by name: how the component is built from its section
 (``FromConfig``), what its section holds (``EndpointModelConfig``, ``RunsImages``, ``CapsOutput``, ``RunsContainers``,
-``BindsPaths``),
-and what its class offers before any instance exists (``ChecksRows``, ``PicksImages``). Each is asked with
-``isinstance`` (of a section) or ``issubclass`` (of a class); a component that matches none is built and run all the
-same."""
+``BindsPaths``, ``InstallsHarness``), and what its class offers before any instance exists (``ChecksRows``,
+``PicksImages``). Each is asked with ``isinstance`` (of a section) or ``issubclass`` (of a class); a component that
+matches none is built and run all the same."""
 
 from __future__ import annotations
 
@@ -81,6 +80,15 @@ class BindsPaths(Protocol):
 
     binds: list[str]
     """``source:target[:ro]``: host directories bound into each sandbox."""
+
+
+@runtime_checkable
+class InstallsHarness(Protocol):
+    """A runtime section whose sandboxes get pip requirements (an outside agent's harness) installed into their image
+    as a layer of its own (docker, podman). An environment that builds each task's image (SWE) builds it on the
+    layer instead, so that every task's image shares one copy of the harness, and asks for none on top."""
+
+    harness: list[str]
 
 
 @runtime_checkable

@@ -137,3 +137,20 @@ def test_a_hostile_harness_reaches_its_own_gateway_path_and_nothing_else(base_im
         steps = json.loads(trajectory.read_text())["trajectory"]["steps"]
         assert len(steps) == 1 and steps[0]["completion_token_ids"] and steps[0]["logprobs"]
         assert len(steps[0]["logprobs"]) == len(steps[0]["completion_token_ids"])
+
+
+def test_an_outside_agent_with_a_model_that_has_no_http_face_fails_before_work_naming_the_field(tmp_path):
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"task_id": "t", "prompt": "p"}) + "\n")
+    config = tmp_path / "no_url.yaml"
+    config.write_text(json.dumps({
+        "run_id": "no_url", "dataset": {"path": "tasks.jsonl"},
+        "model": {"type": "scripted", "outputs": ["hello"]},
+        "agent": {"type": "external", "command": "true"},
+        "environment": {"type": "shell"}, "runtime": {"type": "local"}}))
+    env = {**os.environ, "ROLLOUT_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "cluster", "run", "--local", str(config)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    why = "agent: an agent that speaks OpenAI through the run's gateway needs the model at an HTTP address"
+    assert why in done.stderr
+    assert not (tmp_path / "no_url").exists()  # nothing written
