@@ -101,9 +101,11 @@ class Gateway:
             return error_reply(f"upstream {url} answered with a body that is not JSON: {snippet(text)}", 502)
         return status, data
 
-    async def chat_body(self, rollout_id: str, raw: bytes, metadata: dict[str, str] | None = None) -> Reply:
+    async def chat_body(self, rollout_id: str, raw: bytes, metadata: dict[str, str] | None = None,
+                        recorded: dict[str, Any] | None = None) -> Reply:
         """A chat completion request's raw body, forwarded and recorded; ``metadata``: the rollout's identity to
-        send upstream (a served policy finds its task by it), else ``{rollout_id}``."""
+        send upstream (a served policy finds its task by it), else ``{rollout_id}``; ``recorded``: more fields of
+        the call's record (the policy version the rollout runs under)."""
         try:
             body = orjson.loads(raw)
             messages = body["messages"]
@@ -122,7 +124,7 @@ class Gateway:
         started, t0 = time.time(), time.perf_counter()
         got = await self._send("POST", "/chat/completions", upstream, rollout_id)
         call: dict[str, Any] = {"messages": messages, "tools": body.get("tools"), "message": None,
-                                "started_at": started, "seconds": time.perf_counter() - t0}
+                                "started_at": started, "seconds": time.perf_counter() - t0, **(recorded or {})}
         if isinstance(got, Reply):
             self.store.record(rollout_id, {**call, "status": got.status, "error": error_message(got)})
             return got

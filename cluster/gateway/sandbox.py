@@ -164,7 +164,8 @@ class SandboxGateway:
             return _answer(refused)
         rollout_id = request.match_info["rollout_id"]
         meta = self._leases[rollout_id][1]
-        return _answer(await self.gateway.chat_body(rollout_id, await request.read(), request_metadata(meta)))
+        version = {"policy_version": meta.policy_version} if meta.policy_version is not None else None
+        return _answer(await self.gateway.chat_body(rollout_id, await request.read(), request_metadata(meta), version))
 
     async def _models(self, request: web.Request) -> web.Response:
         refused = self._refusal(request)

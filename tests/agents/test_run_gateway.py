@@ -7,6 +7,7 @@ the rollout's submission); the model is the scripted Serve app of the run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -16,6 +17,17 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from agents.external_agent import ExternalAgent
+from cluster.gateway.sandbox import SandboxGateway
+from cluster.serving.scripted_server.server import ScriptedServerConfig, serve_in_thread
+from envs.runtimes.local import LocalRuntime
+from envs.shell_env import ShellEnvironment
+from rollout.context import message_text
+from rollout.models import scripted_tokens
+from rollout.models.scripted import ScriptedModel
+from rollout.records import RequestMeta, Task
+from rollout.runner import run_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -154,3 +166,46 @@ def test_an_outside_agent_with_a_model_that_has_no_http_face_fails_before_work_n
     why = "agent: an agent that speaks OpenAI through the run's gateway needs the model at an HTTP address"
     assert why in done.stderr
     assert not (tmp_path / "no_url").exists()  # nothing written
+
+
+TWO_CALLS = r"""
+import json, os, urllib.request
+messages = [{"role": "user", "content": "hi"}]
+for turn in range(2):
+    body = json.dumps({"model": "scripted", "messages": messages}).encode()
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+    content = json.load(urllib.request.urlopen(request, timeout=30))["choices"][0]["message"]["content"]
+    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": f"result {turn}"}]
+"""
+
+
+def test_on_a_local_workspace_the_calls_carry_the_rollouts_identity_and_come_back_as_its_steps(tmp_path):
+    """No container: the forwarder runs on the host and the socket is the directory itself. The served policy sees
+    the rollout's task id; each step has the engine's token ids and the rollout's policy version."""
+    seen = []
+
+    def policy(messages, ctx):
+        seen.append(ctx.meta.task_id)
+        return "echo: " + message_text(messages[-1])
+
+    async def play(gateway, agent, env):
+        meta = RequestMeta(rollout_id="t#0", task_id="t", policy_version="7")
+        try:
+            return await run_rollout(Task(task_id="t", prompt="p"), agent, ScriptedModel([]), env, meta=meta)
+        finally:
+            await gateway.aclose()
+
+    with serve_in_thread(ScriptedServerConfig(), ScriptedModel(policy=policy)) as upstream:
+        gateway = SandboxGateway(str(tmp_path / "gateway"), None, upstream.url)
+        agent = ExternalAgent({"command": 'python3 -c "$TWO_CALLS"', "env": {"TWO_CALLS": TWO_CALLS}}, gateway=gateway)
+        env = ShellEnvironment(LocalRuntime({"allow_host_exec": True, "root": str(tmp_path / "work")}), {})
+        result = asyncio.run(play(gateway, agent, env))
+    assert result.status == "completed" and result.exit_reason == "natural_completion", result.error
+    assert seen == ["t", "t"]
+    steps = result.trajectory.steps
+    assert [s.message["content"] for s in steps] == ["echo: hi", "echo: result 0"]
+    for step in steps:
+        text = scripted_tokens.render_reply(step.message)
+        assert step.completion_token_ids == scripted_tokens.token_ids(text) and step.policy_version == "7"
+    assert list((tmp_path / "gateway").iterdir()) == []  # the socket went with the server
