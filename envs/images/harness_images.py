@@ -22,9 +22,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from envs.images.base_image import DOCKER_TIMEOUT, ImageError, docker_client, ensure_image, last_lines
 from envs.images.image_names import HASH_LENGTH, MAX_TAG_LENGTH, sanitise_tag
@@ -52,7 +53,8 @@ _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
 
-def ensure_harness_image(image: str, requirements: Sequence[str], client: Any = None) -> str:
+def ensure_harness_image(image: str, requirements: Sequence[str], client: Any = None,
+                         progress: Callable[[str], Any] = print) -> str:
     """The tag of an image built ``FROM image`` with the pip ``requirements`` installed as a layer of their own
     (``image`` itself when there are none). Present: reused; missing: built here, once per tag in this process
     however many rollouts ask. An ``ImageError`` names a requirement that has no wheel for the image's Python."""
@@ -67,7 +69,11 @@ def ensure_harness_image(image: str, requirements: Sequence[str], client: Any = 
         lock = _locks.setdefault(tag, threading.Lock())
     with lock:
         if not _present(client, tag):
+            progress(f"harness: building {tag} on {image}: {' '.join(requirements)} (pip, then docker build; once "
+                     "per machine)")
+            t0 = time.monotonic()
             _build(client, image, tag, requirements)
+            progress(f"harness: {tag} built in {time.monotonic() - t0:.0f}s")
     return tag
 
 
