@@ -25,10 +25,10 @@ from envs.harbor.archive import task_files
 from envs.images.base_image import (
     DEFAULT_BASE_IMAGE,
     ImageError,
+    docker_build,
     docker_client,
     ensure_image,
     image_present,
-    last_lines,
 )
 from envs.images.image_names import sanitise_tag
 from envs.images.sources import fetch_image
@@ -150,7 +150,6 @@ def ensure_task_image(harbor: dict[str, Any], files: Any, *, timeout: float = 60
 def build_image(tag: str, files: Any, dockerfile: str, context: str, *, timeout: float = 600.0,
                 log: Callable[[str], Any] | None = None, nocache: bool = False) -> float:
     """Build ``tag`` from the archive's ``context`` folder; the seconds it took."""
-    import docker
 
     began = time.monotonic()
     client = docker_client(timeout=int(timeout) + 30)
@@ -163,17 +162,8 @@ def build_image(tag: str, files: Any, dockerfile: str, context: str, *, timeout:
     rel = posixpath.relpath(dockerfile, context)
     if log:
         log(f"building {tag} ({len(body) >> 10} kB context)")
-    try:
-        client.images.build(fileobj=io.BytesIO(body), custom_context=True, dockerfile=rel, tag=tag, rm=True,
-                            forcerm=True, pull=False, labels={"rollout-farm.harbor": "1"},
-                            nocache=nocache)
-    except docker.errors.BuildError as exc:
-        lines = [str(e.get("stream") or e.get("error") or "") for e in exc.build_log]
-        raise ImageError(f"docker build of {tag} failed: {exc.msg}\n{last_lines(''.join(lines))}") from None
-    except docker.errors.APIError as exc:
-        raise ImageError(f"docker build of {tag} failed: {exc}", retryable=True) from None
-    except Exception as exc:  # a timeout from the client's HTTP session
-        raise ImageError(f"docker build of {tag} did not finish: {type(exc).__name__}: {exc}", retryable=True) from None
+    docker_build(client, tag, fileobj=io.BytesIO(body), custom_context=True, dockerfile=rel, rm=True, forcerm=True,
+                 pull=False, labels={"rollout-farm.harbor": "1"}, nocache=nocache)
     return time.monotonic() - began
 
 

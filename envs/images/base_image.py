@@ -47,6 +47,22 @@ def docker_client(timeout: int = DOCKER_TIMEOUT) -> Any:
         raise ImageError(f"cannot reach the docker daemon: {exc}", retryable=True) from None
 
 
+def docker_build(client: Any, tag: str, **options: Any) -> None:
+    """``client.images.build(tag=tag, **options)``, its failure an ``ImageError`` naming the tag: a failed step with
+    the build's last lines (final), the daemon's error or its silence past the client's timeout (retryable)."""
+    import docker
+
+    try:
+        client.images.build(tag=tag, **options)
+    except docker.errors.BuildError as exc:
+        lines = [str(e.get("stream") or e.get("error") or "") for e in exc.build_log]
+        raise ImageError(f"docker build of {tag} failed: {exc.msg}\n{last_lines(''.join(lines))}") from None
+    except docker.errors.APIError as exc:
+        raise ImageError(f"docker build of {tag} failed: {exc}", retryable=True) from None
+    except Exception as exc:  # a timeout from the client's HTTP session
+        raise ImageError(f"docker build of {tag} did not finish: {type(exc).__name__}: {exc}", retryable=True) from None
+
+
 def image_present(client: Any, image: str) -> bool:
     import docker
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.images.base_image import DOCKER_TIMEOUT, ImageError, docker_client, ensure_image, last_lines
+from envs.images.base_image import DOCKER_TIMEOUT, ImageError, docker_build, docker_client, ensure_image, last_lines
 from envs.images.image_names import HASH_LENGTH, MAX_TAG_LENGTH, sanitise_tag
 from envs.runtimes.output import decode
 
@@ -96,7 +96,6 @@ def harness_cache_dir() -> Path:
 
 
 def _build(client: Any, image: str, tag: str, requirements: list[str]) -> None:
-    import docker
 
     found = _probe(client, image)
     lib = _installed(requirements, found)
@@ -111,15 +110,9 @@ def _build(client: Any, image: str, tag: str, requirements: list[str]) -> None:
             path.chmod(0o755)
         user = (_inspect(client, image).get("Config") or {}).get("User") or ""
         Path(context, "Dockerfile").write_text(_dockerfile(image, tag, found["python"], user))
-        try:
-            # the timeout is the daemon's silence we bear (copying and compiling a large harness says nothing)
-            client.images.build(path=context, tag=tag, rm=True, forcerm=True, pull=False, network_mode="none",
-                                timeout=DOCKER_TIMEOUT)
-        except docker.errors.BuildError as exc:
-            lines = [str(e.get("stream") or e.get("error") or "") for e in exc.build_log]
-            raise ImageError(f"docker build of {tag} failed: {exc.msg}\n{last_lines(''.join(lines))}") from None
-        except docker.errors.APIError as exc:
-            raise ImageError(f"docker build of {tag} failed: {exc}", retryable=True) from None
+        # the client's timeout is the daemon's silence we bear (copying and compiling a large harness says nothing)
+        docker_build(client, tag, path=context, rm=True, forcerm=True, pull=False, network_mode="none",
+                     timeout=DOCKER_TIMEOUT)
 
 
 def _dockerfile(image: str, tag: str, python: str, user: str) -> str:

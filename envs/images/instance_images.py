@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.images.base_image import ImageError, docker_client, ensure_image, image_present, last_lines
+from envs.images.base_image import ImageError, docker_build, docker_client, ensure_image, image_present, last_lines
 from envs.images.image_gc import LABEL, prune_instance_images, recently_used, record_use
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
 from envs.images.sources import Slots, fetch_image
@@ -81,7 +81,6 @@ def build_instance_images(dataset_path: str | Path, base: str = DEFAULT_BASE_IMA
 
 
 def _build_one(task: Task, root: Path, base: str, force: bool, network: bool) -> tuple[str, float]:
-    import docker
 
     began = time.monotonic()
     tag = instance_tag(task, base)
@@ -99,13 +98,8 @@ def _build_one(task: Task, root: Path, base: str, force: bool, network: bool) ->
         labels = {LABEL: instance_id(task), "rollout-farm.base-commit": full, "rollout-farm.base": base}
         Path(context, "Dockerfile").write_text(_dockerfile(base, full, task.data.get("install_cmd"), labels))
         try:
-            client.images.build(path=context, tag=tag, rm=True, forcerm=True, nocache=force, pull=False,
-                                network_mode=None if network else "none")
-        except docker.errors.BuildError as exc:
-            lines = [str(e.get("stream") or e.get("error") or "") for e in exc.build_log]
-            raise ImageError(f"docker build of {tag} failed: {exc.msg}\n{last_lines(''.join(lines))}") from None
-        except docker.errors.APIError as exc:
-            raise ImageError(f"docker build of {tag} failed: {exc}", retryable=True) from None
+            docker_build(client, tag, path=context, rm=True, forcerm=True, nocache=force, pull=False,
+                         network_mode=None if network else "none")
         finally:
             remove_leftovers(client, instance_id(task))
     return "built", time.monotonic() - began

@@ -9,14 +9,9 @@ ROLLOUT_REQUIRE_VLLM=1)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = str(Path(__file__).resolve().parents[2])
-if ROOT not in sys.path:  # examples/ is not an installed package
-    sys.path.insert(0, ROOT)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1200)]
 TOLERANCE = 1e-4
