@@ -18,7 +18,9 @@ import zlib
 from functools import lru_cache
 from typing import Any
 
-VOCAB_SIZE = 50_000
+VOCAB_SIZE = 2**31 - 1
+"""Ids of a 32-bit vocabulary: a 50,000-id one gave two of a few hundred pieces the same id (the birthday bound),
+so a reply decoded with another piece's text."""
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s+")
 ROLES = ("system", "user", "assistant", "tool")
 GENERATION_PROMPT = "<|assistant|>"
@@ -27,7 +29,7 @@ _HEADER = re.compile(r"<\|(" + "|".join(ROLES) + r")\|>")
 UNKNOWN = "\ufffd"
 """The text of an id no piece in this process gave (what a detokenizer writes for bytes it cannot decode)."""
 _PIECES: dict[int, str] = {}
-"""id -> the piece this process last gave it (at most VOCAB_SIZE entries)."""
+"""id -> the piece this process last gave it."""
 
 
 def _h(piece: str) -> int:
