@@ -61,6 +61,18 @@ def base_image(docker_available) -> str:
 
 
 @pytest.fixture(scope="session")
+def apptainer_binary() -> str:
+    """The apptainer (or singularity) CLI on PATH. Without one: skip, or fail if ROLLOUT_REQUIRE_APPTAINER=1 (CI,
+    which installs the real binary with .ci/apptainer/install and puts .ci/apptainer/bin first on PATH)."""
+    found = shutil.which("apptainer") or shutil.which("singularity")
+    if found is not None:
+        return found
+    if _required("ROLLOUT_REQUIRE_APPTAINER"):
+        pytest.fail("ROLLOUT_REQUIRE_APPTAINER is set but neither apptainer nor singularity is on PATH")
+    pytest.skip("no apptainer binary (set ROLLOUT_REQUIRE_APPTAINER=1 to make this an error)")
+
+
+@pytest.fixture(scope="session")
 def podman_available() -> bool:
     if shutil.which("podman") is not None:
         return True

@@ -1,7 +1,9 @@
-"""Command lines of the apptainer/singularity CLI for one rollout's instance: start, exec, stop."""
+"""Command lines of the apptainer/singularity CLI for one rollout's instance: start, exec (under the farm's resource
+limits), stop."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -9,16 +11,31 @@ if TYPE_CHECKING:
     from envs.runtimes.apptainer.runtime import ApptainerRuntimeConfig
 
 
+SEPARATE_MOUNT = "/rollout-workspace"
+"""Where the workspace is bound when binding it at ``workdir`` could hide a directory of the image."""
+
+
+def workspace_mount(config: ApptainerRuntimeConfig, image: str) -> str:
+    """Where the workspace is bound for ``image`` (``config.workspace_mount``'s rule)."""
+    if config.workspace_mount:
+        return config.workspace_mount
+    sandbox_lacks_workdir = os.path.isdir(image) and not os.path.lexists(os.path.join(image, config.workdir[1:]))
+    return config.workdir if sandbox_lacks_workdir else SEPARATE_MOUNT
+
+
 def start_argv(
-    config: ApptainerRuntimeConfig, sif: str, name: str, workspace: str, binary: str | None = None
+    config: ApptainerRuntimeConfig, sif: str, name: str, workspace: str, binary: str | None = None,
+    mount: str | None = None,
 ) -> list[str]:
-    """``instance start`` with the isolation flags, the workspace bind and the limits from ``config``."""
+    """``instance start`` with the isolation flags, the workspace bind (at ``mount``, by default
+    ``workspace_mount(config, sif)``) and the limits from ``config``."""
     argv = [binary or config.binary or "apptainer", "instance", "start"]
+    argv += ["--userns"] if config.userns else []
     argv += ["--containall"] if config.containall else []
     argv += ["--writable-tmpfs"] if config.writable_tmpfs else []
     argv += ["--no-home"] if config.no_home else []
     argv += ["--net", "--network", "none"] if config.network == "none" else []
-    argv += ["--bind", f"{workspace}:{config.workspace_mount or config.workdir}"]
+    argv += ["--bind", f"{workspace}:{mount or workspace_mount(config, sif)}"]
     for spec in config.binds:
         argv += ["--bind", spec]
     argv += ["--memory", config.memory] if config.memory else []
@@ -43,10 +60,31 @@ def exec_argv(
     CSV when they hold a second ``=`` and strips quotes around them, which would change some values.
     """
     variables = {**config.env, **(env or {})}
-    argv = [binary or config.binary or "apptainer", "exec", "--cleanenv", "--pwd", pwd, f"instance://{name}"]
+    argv = [*limits_argv(config), binary or config.binary or "apptainer", "exec", "--cleanenv", "--pwd", pwd, f"instance://{name}"]
     argv += ["timeout", "-k", _seconds(config.kill_grace), _seconds(timeout)]
     argv += ["env", *(f"{key}={value}" for key, value in variables.items())] if variables else []
     return [*argv, *config.shell, command]
+
+
+def limits_argv(config: ApptainerRuntimeConfig) -> list[str]:
+    """``prlimit --fsize=N:N ... --``: the resource limits the command inherits (through the CLI and apptainer's
+    starter, into the container), where an unprivileged user has no cgroups; empty when none are set."""
+    limits = dict(config.ulimits)
+    if config.max_file_size is not None:
+        limits.setdefault("fsize", config.max_file_size)
+    if not limits:
+        return []
+    flags = []
+    for name, value in sorted(limits.items()):
+        soft, _, hard = str(value).partition(":")
+        flags.append(f"--{name}={_amount(soft)}:{_amount(hard or soft)}")
+    return ["prlimit", *flags, "--"]
+
+
+def _amount(text: str) -> str:
+    """``64m`` -> ``67108864`` (k, m, g binary units); numbers and ``unlimited`` as they are."""
+    unit = text[-1:].lower()
+    return str(int(text[:-1]) << {"k": 10, "m": 20, "g": 30}[unit]) if unit in "kmg" and text[:-1] else text
 
 
 def stop_argv(binary: str, name: str) -> list[str]:

@@ -51,6 +51,8 @@ class ApptainerRuntime:
     @classmethod
     def from_config(cls, config: ApptainerRuntimeConfig | Mapping[str, Any], **deps: Any) -> ApptainerRuntime:
         return cls(config, run_id=deps.get("run_id"))
+        self.mount = self.config.workspace_mount or self.config.workdir
+        """Where ``workspace`` is bound in the container (decided at start, from the image)."""
 
     @property
     def workdir(self) -> str:
@@ -62,18 +64,22 @@ class ApptainerRuntime:
         if self._started:
             return
         binary = find_binary(self.config.binary)
-        sif = await ensure_sif(binary, self.config.image, self.config.cache_dir, self.config.build_timeout)
+        if limits_argv(self.config) and shutil.which("prlimit") is None:
+            raise ContainerStartError("the apptainer runtime sets its resource limits (max_file_size, ulimits) with "
+                                      "prlimit (util-linux), which is not on PATH", retryable=False)
+        sif = await ensure_sif(binary, self.config.image, self.config.cache_dir, self.config.build_timeout,
+                               convert_to=self.config.convert_to, transport=self.config.transport)
         try:
             if self.config.workspace_root:
                 os.makedirs(self.config.workspace_root, exist_ok=True)
             workspace = tempfile.mkdtemp(prefix="rollout-apptainer-", dir=self.config.workspace_root)
         except OSError as exc:
             raise ContainerStartError(f"cannot create a workspace: {exc}") from exc
-        self.binary, self.workspace = binary, workspace
+        self.binary, self.workspace, self.mount = binary, workspace, workspace_mount(self.config, sif)
         exit_stops.stop_at_exit(self.name, functools.partial(
             _stop_instance, binary, self.name, workspace if not self.config.keep_workspace else None))
         ran = await run_capped(
-            start_argv(self.config, sif, self.name, workspace, binary),
+            start_argv(self.config, sif, self.name, workspace, binary, self.mount),
             timeout=self.config.start_timeout,
             max_output_bytes=_CONTROL_CAP,
         )
@@ -93,6 +99,12 @@ class ApptainerRuntime:
         self._check_open()
         limit = max(self.config.timeout if timeout is None else timeout, 0.001)  # `timeout 0` would mean no limit
         pwd = posixpath.normpath(posixpath.join(self.config.workdir, cwd)) if cwd else self.config.workdir
+        if self.mount != self.config.workdir:  # the workdir is the image's, or made in its writable layer
+            made = await self.exec(f"mkdir -p {shlex.quote(self.config.workdir)}", cwd="/")
+            if made.returncode != 0:
+                await self.close()
+                raise ContainerStartError(f"cannot make workdir {self.config.workdir} in {self.config.image}: "
+                                          f"{made.output[-_TAIL:]}", retryable=False)
         argv = exec_argv(self.config, self.name, command, timeout=limit, pwd=pwd, env=env, binary=self.binary)
         # The host deadline only catches a hung CLI: the in-container `timeout` normally ends the command first.
         host_limit = limit + self.config.kill_grace + self.config.host_grace
@@ -105,7 +117,11 @@ class ApptainerRuntime:
         if ran.returncode == 255 and "no instance found" in ran.output:
             raise RuntimeFailure(f"apptainer instance {self.name} is gone: {ran.output[-_TAIL:]}")
         fired = ran.returncode in (124, 128 + signal.SIGKILL) and ran.duration >= limit  # `timeout`'s exit codes
-        return ran.model_copy(update={"timed_out": ran.timed_out or fired})
+        update: dict[str, Any] = {"timed_out": ran.timed_out or fired}
+        if ran.returncode == 128 + signal.SIGXFSZ and self.config.max_file_size is not None:
+            update["output"] = (f"{ran.output}\n[File size limit exceeded: a file reached max_file_size "
+                                f"({self.config.max_file_size})]\n")
+        return ran.model_copy(update=update)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (relative to ``workdir``, or absolute in the container), creating parents."""
@@ -167,16 +183,14 @@ class ApptainerRuntime:
         """The container path, and its host path when it lies in the bound workspace."""
         self._check_open()
         inside = posixpath.normpath(posixpath.join(self.config.workdir, path))
-        mount = self.config.workspace_mount or self.config.workdir
+        mount = self.mount
         if inside == mount or inside.startswith(mount.rstrip("/") + "/"):
             return inside, os.path.join(self.workspace, posixpath.relpath(inside, mount))
         return inside, None
 
     def _staging(self) -> tuple[str, str]:
         name = f".rollout-io-{uuid.uuid4().hex}"
-        return os.path.join(self.workspace, name), posixpath.join(
-            self.config.workspace_mount or self.config.workdir, name
-        )
+        return os.path.join(self.workspace, name), posixpath.join(self.mount, name)
 
 
 def _stop_instance(binary: str, name: str, workspace: str | None) -> None:

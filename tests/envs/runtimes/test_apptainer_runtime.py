@@ -20,7 +20,14 @@ import pytest
 from runtime_helpers import survivors
 
 from envs.images.apptainer_images import INSTALL_HINT, build_argv, cached_sif, default_cache_dir
-from envs.runtimes.apptainer.runtime import ApptainerRuntime, ApptainerRuntimeConfig, exec_argv, start_argv, stop_argv
+from envs.runtimes.apptainer.runtime import (
+    ApptainerRuntime,
+    ApptainerRuntimeConfig,
+    exec_argv,
+    start_argv,
+    stop_argv,
+    workspace_mount,
+)
 from envs.runtimes.check import check_runtime
 from rollout.errors import ConfigError, ContainerStartError, RuntimeFailure
 
@@ -98,7 +105,8 @@ def sif(tmp_path) -> str:
 
 
 def runtime(tmp_path, image: str, **overrides) -> ApptainerRuntime:
-    config = {"image": image, "workspace_root": str(tmp_path / "ws"), "cache_dir": str(tmp_path / "cache")}
+    config = {"image": image, "workspace_root": str(tmp_path / "ws"), "cache_dir": str(tmp_path / "cache"),
+              "convert_to": "sif", "workspace_mount": "/workspace"}  # the stand-in: .sif files, workdir on the host
     return ApptainerRuntime({**config, **overrides})
 
 
@@ -111,18 +119,29 @@ def workspaces(tmp_path) -> list[str]:
 
 def test_start_argv_defaults_isolate_and_bind_the_workspace():
     config = ApptainerRuntimeConfig()
-    expected = "ap instance start --containall --writable-tmpfs --net --network none --bind /host/ws:/workspace"
-    assert start_argv(config, "/img.sif", "r1", "/host/ws", "ap") == [*expected.split(), "/img.sif", "r1"]
+    expected = ("ap instance start --userns --containall --writable-tmpfs --net --network none "
+                "--bind /host/ws:/workspace")
+    assert start_argv(config, "/img.sif", "r1", "/host/ws", "ap", "/workspace") == [*expected.split(), "/img.sif", "r1"]
 
 
-PLAIN = {"network": "host", "containall": False, "writable_tmpfs": False}
+def test_the_workspace_is_bound_where_it_hides_nothing_of_the_image(tmp_path):
+    config = ApptainerRuntimeConfig(workdir="/testbed")
+    (tmp_path / "with" / "testbed").mkdir(parents=True)
+    (tmp_path / "without").mkdir()
+    assert workspace_mount(config, str(tmp_path / "with")) == "/rollout-workspace"  # the image's /testbed stays
+    assert workspace_mount(config, str(tmp_path / "without")) == "/testbed"
+    assert workspace_mount(config, str(tmp_path / "image.sif")) == "/rollout-workspace"  # a SIF is not looked into
+    assert workspace_mount(config.model_copy(update={"workspace_mount": "/io"}), str(tmp_path / "with")) == "/io"
+
+
+PLAIN = {"network": "host", "containall": False, "writable_tmpfs": False, "userns": False}
 """No isolation flags, so each case below shows only what its options add."""
 
 
 @pytest.mark.parametrize(
     "overrides, flags",
     [
-        ({"network": "host"}, "--containall --writable-tmpfs --bind /ws:/workspace"),
+        ({"network": "host"}, "--userns --containall --writable-tmpfs --bind /ws:/workspace"),
         ({**PLAIN, "network": "none", "no_home": True}, "--no-home --net --network none --bind /ws:/workspace"),
         ({**PLAIN, "workdir": "/testbed", "workspace_mount": "/rollout-io"}, "--bind /ws:/rollout-io"),
         ({**PLAIN, "workdir": "/job/", "binds": ["/data:/data:ro"]}, "--bind /ws:/job --bind /data:/data:ro"),
@@ -134,7 +153,8 @@ PLAIN = {"network": "host", "containall": False, "writable_tmpfs": False}
 )
 def test_start_argv_options(overrides, flags):
     config = ApptainerRuntimeConfig(**overrides)
-    assert start_argv(config, "/i.sif", "n", "/ws", "ap") == ["ap", "instance", "start", *flags.split(), "/i.sif", "n"]
+    argv = start_argv(config, "/i.sif", "n", "/ws", "ap", config.workspace_mount or config.workdir)
+    assert argv == ["ap", "instance", "start", *flags.split(), "/i.sif", "n"]
 
 
 def test_start_argv_uses_the_configured_binary_by_default():
@@ -143,20 +163,32 @@ def test_start_argv_uses_the_configured_binary_by_default():
 
 def test_exec_argv_wraps_the_command_in_timeout_inside_the_instance():
     argv = exec_argv(ApptainerRuntimeConfig(), "r1", "ls -la", timeout=30, pwd="/workspace", binary="ap")
-    expected = "ap exec --cleanenv --pwd /workspace instance://r1 timeout -k 2 30 bash -lc"
+    expected = ("prlimit --fsize=1073741824:1073741824 -- "  # the file size limit, 1g by default
+                "ap exec --cleanenv --pwd /workspace instance://r1 timeout -k 2 30 bash -lc")
     assert argv == [*expected.split(), "ls -la"]
 
 
 def test_exec_argv_passes_variables_exactly_with_per_call_ones_winning():
-    config = ApptainerRuntimeConfig(env={"PAGER": "cat", "A": "config"}, shell=["sh", "-c"], kill_grace=0.5)
+    config = ApptainerRuntimeConfig(env={"PAGER": "cat", "A": "config"}, shell=["sh", "-c"], kill_grace=0.5,
+                                    max_file_size=None)
     tricky = 'x=1,y="2"'  # what the CLI's --env would split as CSV and strip quotes from
     argv = exec_argv(config, "r1", "env", timeout=1.25, pwd="/w/sub", env={"A": "call", "B": tricky}, binary="ap")
     expected = "ap exec --cleanenv --pwd /w/sub instance://r1 timeout -k 0.5 1.25 env PAGER=cat A=call"
     assert argv == [*expected.split(), f"B={tricky}", "sh", "-c", "env"]
 
 
+def test_the_farm_sets_resource_limits_on_each_command_with_prlimit():
+    config = ApptainerRuntimeConfig(max_file_size="64m", ulimits={"nproc": "256:512", "as": "2g", "nofile": 1024})
+    prefix = exec_argv(config, "r1", "true", timeout=1, pwd="/w", binary="ap")[:6]
+    assert prefix == ["prlimit", "--as=2147483648:2147483648", "--fsize=67108864:67108864", "--nofile=1024:1024",
+                      "--nproc=256:512", "--"]
+    assert exec_argv(ApptainerRuntimeConfig(max_file_size=None), "r1", "true", timeout=1, pwd="/w")[0] == "apptainer"
+
+
 def test_build_and_stop_argv():
     assert build_argv("ap", "/c/x.sif", "docker-daemon:a/b:c") == ["ap", "build", "/c/x.sif", "docker-daemon:a/b:c"]
+    assert build_argv("ap", "/c/x", "docker-archive:/i.tar", sandbox=True) == [
+        "ap", "build", "--sandbox", "/c/x", "docker-archive:/i.tar"]
     assert stop_argv("ap", "r1") == ["ap", "instance", "stop", "--force", "r1"]
 
 
@@ -167,6 +199,10 @@ def test_build_and_stop_argv():
         ({"network": "bridge"}, "runtime.network"),
         ({"workspace_root": "/tmp/a:b"}, "runtime.workspace_root"),
         ({"imag": "x.sif"}, "runtime.imag"),
+        ({"ulimits": {"procs": 10}}, "runtime.ulimits"),
+        ({"ulimits": {"nproc": "lots"}}, "runtime.ulimits"),
+        ({"convert_to": "squashfs"}, "runtime.convert_to"),
+        ({"transport": "ftp"}, "runtime.transport"),
     ],
 )
 def test_bad_config_names_the_field(config, field):
@@ -239,13 +275,14 @@ def test_the_cli_receives_exactly_the_built_command_lines(fake_cli, tmp_path, si
     config = rt.config
     assert fake_cli.calls() == [
         start_argv(config, sif, rt.name, rt.workspace, fake_cli.path)[1:],
-        exec_argv(config, rt.name, "pwd; echo $PAGER", timeout=5, pwd="/workspace", env={"X": "1"})[1:],
+        # after prlimit, its one limit and its --
+        exec_argv(config, rt.name, "pwd; echo $PAGER", timeout=5, pwd="/workspace", env={"X": "1"})[4:],
         stop_argv(fake_cli.path, rt.name)[1:],
     ]
 
 
 def test_a_referenced_image_is_converted_once(fake_cli, tmp_path):
-    image = f"docker-daemon:{BASE_IMAGE}"
+    image = "docker://example/base:1"  # (a docker-daemon: name is keyed by its image id too)
 
     async def go():
         first, second = runtime(tmp_path, image), runtime(tmp_path, image)
@@ -273,7 +310,8 @@ def test_processes_converting_the_same_image_never_see_a_partial_file(fake_cli, 
         import asyncio
         from envs.runtimes.apptainer.runtime import ApptainerRuntime
         async def main():
-            rt = ApptainerRuntime({{"image": "docker://example/x:1", "cache_dir": {str(tmp_path / "cache")!r}}})
+            rt = ApptainerRuntime({{"image": "docker://example/x:1", "cache_dir": {str(tmp_path / "cache")!r},
+                                  "convert_to": "sif", "workspace_mount": "/workspace"}})
             await rt.start()
             print((await rt.exec("echo ok")).output, end="")
             await rt.close()
@@ -397,7 +435,8 @@ def test_instances_left_running_are_stopped_at_interpreter_exit(fake_cli, tmp_pa
         import envs.runtimes.apptainer.runtime as m
         from envs.runtimes import exit_stops
         assert not exit_stops._atexit_installed  # nothing is registered at import (one exit hook, shared)
-        rt = m.ApptainerRuntime({{"image": {sif!r}, "workspace_root": {str(tmp_path / "ws")!r}}})
+        rt = m.ApptainerRuntime({{"image": {sif!r}, "workspace_root": {str(tmp_path / "ws")!r},
+                                  "convert_to": "sif", "workspace_mount": "/workspace"}})
         asyncio.run(rt.start())
         print(rt.name)
     """)
