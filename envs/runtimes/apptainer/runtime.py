@@ -20,6 +20,7 @@ from typing import Any
 
 from envs.images.apptainer_images import ensure_sif, find_binary
 from envs.runtimes import exit_stops
+from envs.runtimes.apptainer import owner_watch
 from envs.runtimes.apptainer.argv import exec_argv, start_argv, stop_argv  # noqa: F401 - re-exported
 from envs.runtimes.apptainer.config import ApptainerRuntimeConfig
 from envs.runtimes.host_files import read_host_file, write_host_file
@@ -76,8 +77,9 @@ class ApptainerRuntime:
         except OSError as exc:
             raise ContainerStartError(f"cannot create a workspace: {exc}") from exc
         self.binary, self.workspace, self.mount = binary, workspace, workspace_mount(self.config, sif)
-        exit_stops.stop_at_exit(self.name, functools.partial(
-            _stop_instance, binary, self.name, workspace if not self.config.keep_workspace else None))
+        exit_stops.stop_at_exit(self.name, owner_watch.unregistering(binary, self.name, functools.partial(
+            _stop_instance, binary, self.name, workspace if not self.config.keep_workspace else None)))
+        owner_watch.register(binary, self.name, workspace if not self.config.keep_workspace else None)
         ran = await run_capped(
             start_argv(self.config, sif, self.name, workspace, binary, self.mount),
             timeout=self.config.start_timeout,
@@ -172,6 +174,7 @@ class ApptainerRuntime:
         exit_stops.forget(self.name)
         if self.workspace is not None and not self.config.keep_workspace:
             await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
+        owner_watch.unregister(self.binary, self.name)
 
     def _check_open(self) -> None:
         if self._closed:
