@@ -87,6 +87,11 @@ def _amount(text: str) -> str:
     return str(int(text[:-1]) << {"k": 10, "m": 20, "g": 30}[unit]) if unit in "kmg" and text[:-1] else text
 
 
+def reap_argv(binary: str, name: str) -> list[str]:
+    """Kill every process in the instance but its init (``kill -1`` spares the caller and PID 1)."""
+    return [binary, "exec", f"instance://{name}", "sh", "-c", "kill -9 -1"]
+
+
 def stop_argv(binary: str, name: str) -> list[str]:
     # --force: SIGKILL at once; a rollout's sandbox holds nothing worth a graceful shutdown.
     return [binary, "instance", "stop", "--force", name]

@@ -21,7 +21,14 @@ from typing import Any
 from envs.images.apptainer_images import ensure_sif, find_binary
 from envs.runtimes import exit_stops
 from envs.runtimes.apptainer import owner_watch
-from envs.runtimes.apptainer.argv import exec_argv, start_argv, stop_argv  # noqa: F401 - re-exported
+from envs.runtimes.apptainer.argv import (  # noqa: F401 - re-exported
+    exec_argv,
+    limits_argv,
+    reap_argv,
+    start_argv,
+    stop_argv,
+    workspace_mount,
+)
 from envs.runtimes.apptainer.config import ApptainerRuntimeConfig
 from envs.runtimes.host_files import read_host_file, write_host_file
 from envs.runtimes.process import failure_reason, kill_group, run_capped
@@ -45,6 +52,8 @@ class ApptainerRuntime:
         """The instance name: predictable prefix (run id) so an operator can find and stop leftovers."""
         self.binary: str | None = None
         self.workspace: str | None = None
+        self.mount = self.config.workspace_mount or self.config.workdir
+        """Where ``workspace`` is bound in the container (decided at start, from the image)."""
         self._started = False
         self._closed = False
         self._running: set[int] = set()  # process groups of CLI processes in flight, killed on close()
@@ -52,8 +61,6 @@ class ApptainerRuntime:
     @classmethod
     def from_config(cls, config: ApptainerRuntimeConfig | Mapping[str, Any], **deps: Any) -> ApptainerRuntime:
         return cls(config, run_id=deps.get("run_id"))
-        self.mount = self.config.workspace_mount or self.config.workdir
-        """Where ``workspace`` is bound in the container (decided at start, from the image)."""
 
     @property
     def workdir(self) -> str:
@@ -68,6 +75,11 @@ class ApptainerRuntime:
         if limits_argv(self.config) and shutil.which("prlimit") is None:
             raise ContainerStartError("the apptainer runtime sets its resource limits (max_file_size, ulimits) with "
                                       "prlimit (util-linux), which is not on PATH", retryable=False)
+        if limits_argv(self.config):
+            tried = await run_capped([*limits_argv(self.config), "true"], timeout=30.0, max_output_bytes=_CONTROL_CAP)
+            if tried.returncode != 0:
+                raise ContainerStartError(f"runtime.ulimits / max_file_size cannot be set here: {tried.output.strip()}"
+                                          " (a limit above the hard limit this process has)", retryable=False)
         sif = await ensure_sif(binary, self.config.image, self.config.cache_dir, self.config.build_timeout,
                                convert_to=self.config.convert_to, transport=self.config.transport)
         try:
@@ -93,6 +105,12 @@ class ApptainerRuntime:
                 f"instance start of {self.config.image} failed ({failure_reason(ran)}): {ran.output[-_TAIL:]}"
             )
         self._started = True
+        if self.mount != self.config.workdir:  # the workdir is the image's, or made in its writable layer
+            made = await self.exec(f"mkdir -p {shlex.quote(self.config.workdir)}", cwd="/")
+            if made.returncode != 0:
+                await self.close()
+                raise ContainerStartError(f"cannot make workdir {self.config.workdir} in {self.config.image}: "
+                                          f"{made.output[-_TAIL:]}", retryable=False)
 
     async def exec(
         self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
@@ -101,12 +119,6 @@ class ApptainerRuntime:
         self._check_open()
         limit = max(self.config.timeout if timeout is None else timeout, 0.001)  # `timeout 0` would mean no limit
         pwd = posixpath.normpath(posixpath.join(self.config.workdir, cwd)) if cwd else self.config.workdir
-        if self.mount != self.config.workdir:  # the workdir is the image's, or made in its writable layer
-            made = await self.exec(f"mkdir -p {shlex.quote(self.config.workdir)}", cwd="/")
-            if made.returncode != 0:
-                await self.close()
-                raise ContainerStartError(f"cannot make workdir {self.config.workdir} in {self.config.image}: "
-                                          f"{made.output[-_TAIL:]}", retryable=False)
         argv = exec_argv(self.config, self.name, command, timeout=limit, pwd=pwd, env=env, binary=self.binary)
         # The host deadline only catches a hung CLI: the in-container `timeout` normally ends the command first.
         host_limit = limit + self.config.kill_grace + self.config.host_grace
@@ -118,8 +130,14 @@ class ApptainerRuntime:
             raise RuntimeFailure("ApptainerRuntime was closed while the command ran")
         if ran.returncode == 255 and "no instance found" in ran.output:
             raise RuntimeFailure(f"apptainer instance {self.name} is gone: {ran.output[-_TAIL:]}")
+        if ran.returncode < 0 and not (ran.timed_out or ran.truncated):
+            # apptainer (and `timeout`) die of the signal that killed the command: say it as a shell does, 128 + N
+            ran = ran.model_copy(update={"returncode": 128 - ran.returncode})
         fired = ran.returncode in (124, 128 + signal.SIGKILL) and ran.duration >= limit  # `timeout`'s exit codes
         update: dict[str, Any] = {"timed_out": ran.timed_out or fired}
+        if update["timed_out"]:  # what the command left, `setsid` included, goes with it: one command at a time
+            with contextlib.suppress(RuntimeFailure):
+                await run_capped(reap_argv(self.binary, self.name), timeout=60.0, max_output_bytes=_CONTROL_CAP)
         if ran.returncode == 128 + signal.SIGXFSZ and self.config.max_file_size is not None:
             update["output"] = (f"{ran.output}\n[File size limit exceeded: a file reached max_file_size "
                                 f"({self.config.max_file_size})]\n")
