@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.runtimes.apptainer.runtime import ApptainerRuntime
 from envs.runtimes.local import LocalRuntime
 from envs.runtimes.prepared import PreparedRepoRuntime
 from envs.swe.evaluate import LOCAL_ENV
@@ -234,6 +235,10 @@ def verifier(kind: str, row: dict, images: dict[str, str] | None, root: Path) ->
             return DockerRuntime({"image": images[task.task_id], "workdir": "/testbed"}, run_id=RUN_ID,
                                  rollout_id=f"hostile-{task.task_id}")
         return SweVerifier({"eval_timeout": 120}, runtime_factory=make)
+    if kind == "apptainer":  # the same instance images, converted once into a sandbox, the real binary unprivileged
+        def instance(task):
+            return ApptainerRuntime({"image": images[task.task_id], "workdir": "/testbed"}, run_id=RUN_ID)
+        return SweVerifier({"eval_timeout": 120}, runtime_factory=instance)
 
     def local(task):
         inner = LocalRuntime({"root": str(root), "timeout": 120, "env": dict(LOCAL_ENV)}, trusted_model=True)
@@ -241,11 +246,22 @@ def verifier(kind: str, row: dict, images: dict[str, str] | None, root: Path) ->
     return SweVerifier({"eval_timeout": 120, "repo_dir": "testbed"}, runtime_factory=local)
 
 
-@pytest.fixture(params=["local", "docker"])
-def runtime_kind(request) -> str:
-    if request.param == "docker":
+KINDS = ["local", "docker", "apptainer"]
+"""Where a grade runs: a local workspace, a docker container, an apptainer instance (of the same images)."""
+
+
+def needs(request, kind: str) -> str:
+    """``kind``, once what it needs is there (skipped or failed as the session's fixtures decide)."""
+    if kind in ("docker", "apptainer"):
         request.getfixturevalue("base_image")
-    return request.param
+    if kind == "apptainer":
+        request.getfixturevalue("apptainer_binary")
+    return kind
+
+
+@pytest.fixture(params=KINDS)
+def runtime_kind(request) -> str:
+    return needs(request, request.param)
 
 
 @pytest.mark.docker
@@ -253,7 +269,7 @@ def runtime_kind(request) -> str:
 def test_hostile_patch_is_graded_unresolved(rows, runtime_kind, case, tmp_path, request):
     ident, make = CASES[case]
     row = rows[ident]
-    images = request.getfixturevalue("images") if runtime_kind == "docker" else None
+    images = request.getfixturevalue("images") if runtime_kind != "local" else None
     patch = make(row, tmp_path)
     task = Task(task_id=ident, prompt="", data={k: v for k, v in row.items() if k not in ("dataset", "checkout")})
     result = RolloutResult(rollout_id="r", task_id=ident, status="completed", exit_reason="submitted", submission=patch)

@@ -10,7 +10,7 @@ import asyncio
 import json
 
 import pytest
-from test_grading_hostile import ROMAN, base_text, edit, images, rows, verifier  # noqa: F401
+from test_grading_hostile import KINDS, ROMAN, base_text, edit, images, needs, rows, verifier  # noqa: F401
 
 from envs.swe.reports.harness import Grade, write_instance_report
 from rollout.errors import VerifierError
@@ -110,11 +110,9 @@ CASES = {"reports rewritten for the FAIL_TO_PASS names": reports_by_name,
          "test bodies replaced for the FAIL_TO_PASS names": bodies_by_name}
 
 
-@pytest.fixture(params=["local", "docker"])
+@pytest.fixture(params=KINDS)
 def kind(request) -> str:
-    if request.param == "docker":
-        request.getfixturevalue("base_image")
-    return request.param
+    return needs(request, request.param)
 
 
 def graded(row: dict, patch: str, kind: str, instance_images: dict | None, tmp_path, strict: bool) -> dict:
@@ -133,7 +131,7 @@ def graded(row: dict, patch: str, kind: str, instance_images: dict | None, tmp_p
 @pytest.mark.parametrize("case", list(CASES))
 def test_forcing_the_fail_to_pass_names_is_graded_unresolved(kind, case, strict, tmp_path, request):
     row = request.getfixturevalue("rows")[ROMAN]
-    instance_images = request.getfixturevalue("images") if kind == "docker" else None
+    instance_images = request.getfixturevalue("images") if kind != "local" else None
     patch = CASES[case](row, tmp_path)
     details = graded(row, patch, kind, instance_images, tmp_path, strict)
     reason, log = details["unresolved_reason"], details["test_output"][-3000:]
@@ -156,7 +154,7 @@ def test_forcing_the_fail_to_pass_names_is_graded_unresolved(kind, case, strict,
 def test_the_gold_patch_resolves_with_its_twins(kind, tmp_path, request):
     """The fix, graded as the attacks are: resolved, every FAIL_TO_PASS test and its twin passing alike."""
     row = request.getfixturevalue("rows")[ROMAN]
-    instance_images = request.getfixturevalue("images") if kind == "docker" else None
+    instance_images = request.getfixturevalue("images") if kind != "local" else None
     details = graded(row, row["patch"], kind, instance_images, tmp_path, strict=True)
     assert details["resolved"] is True, (details["unresolved_reason"], details["test_output"][-3000:])
     pairs = {p["test"]: p for p in details["twins"]}

@@ -13,7 +13,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_grading_hostile import FORCE_PASS, ROMAN, base_text, edit, images, rows, verifier  # noqa: F401
+from test_grading_hostile import (  # noqa: F401
+    FORCE_PASS,
+    KINDS,
+    ROMAN,
+    base_text,
+    edit,
+    images,
+    needs,
+    rows,
+    verifier,
+)
 
 from envs.swe.logs.pytest_report import junit_address
 from envs.swe.mini import build
@@ -224,21 +234,21 @@ ROWS = {"interpreter on a PATH the row adds": {"test_cmd": 'PATH="$PWD/bin:$PATH
 """Row fields a case changes."""
 
 
-@pytest.fixture(params=["local", "docker"])
+@pytest.fixture(params=KINDS)
 def kind(request) -> str:
-    if request.param == "docker":
-        request.getfixturevalue("base_image")
-    return request.param
+    return needs(request, request.param)
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+@pytest.mark.parametrize("kind, strict", [("local", False), ("local", True), ("docker", False), ("docker", True),
+                                          ("apptainer", False)],  # apptainer: the grader's defaults, as a run grades
+                         ids=["local-default", "local-strict", "docker-default", "docker-strict", "apptainer-default"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_runner_attack_is_graded_unresolved(src_rows, kind, case, strict, tmp_path, request):
     ident, make, says, may_run = CASES[case]
     row = {**{**request.getfixturevalue("rows"), **src_rows}[ident], **ROWS.get(case, {})}
     instance_images = None
-    if kind == "docker":
+    if needs(request, kind) != "local":
         instance_images = {**request.getfixturevalue("images"), **request.getfixturevalue("src_images")}
     patch = make(row, tmp_path)
     task = Task(task_id=ident, prompt="", data={k: v for k, v in row.items() if k not in ("dataset", "checkout")})
@@ -275,7 +285,7 @@ def test_honest_code_that_restarts_the_interpreter_with_its_flags_resolves(kind,
     """The launcher changes no interpreter flag (no -S: a child started with the parent's flags has its
     site-packages), and the code under test imports from the repository as under `python -m pytest`."""
     row = request.getfixturevalue("rows")[ROMAN]
-    instance_images = request.getfixturevalue("images") if kind == "docker" else None
+    instance_images = request.getfixturevalue("images") if kind != "local" else None
     fixed = tmp_path / "fixed"
     subprocess.run(["git", "clone", "-q", row["checkout"], str(fixed)], check=True)
     subprocess.run(["git", "-C", str(fixed), "apply"], input=row["patch"].encode(), check=True)
