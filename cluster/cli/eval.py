@@ -26,9 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-id", default=None, help="run id (default: the predictions file's stem)")
     parser.add_argument("--out", default=None, help="where the reports go (default: $ROLLOUT_HOME/<run id>, "
                         "ROLLOUT_HOME defaulting to ./runs)")
-    parser.add_argument("--runtime", choices=["docker", "local"], default="docker",
+    parser.add_argument("--runtime", choices=["docker", "apptainer", "local"], default="docker",
                         help="docker: a container of each instance's image (missing images are built from "
-                        "repo_path); local: a host workspace with repo_path cloned (runs the tests unisolated)")
+                        "repo_path); apptainer: an instance of that image, converted once per node, run "
+                        "unprivileged; local: a host workspace with repo_path cloned (runs the tests unisolated)")
     parser.add_argument("--workers", type=int, default=2, help="instances graded at a time (default 2)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the tests of one instance may run")
     parser.add_argument("--allow-outside-paths", action="store_true", help="let repo_path be absolute or lead out "

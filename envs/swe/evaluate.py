@@ -13,6 +13,7 @@ from typing import Any, Literal
 from envs.images.base_image import ImageError, docker_client, ensure_image, image_present
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for
 from envs.images.instance_images import build_instance_images
+from envs.runtimes.apptainer.runtime import ApptainerRuntime
 from envs.runtimes.docker.runtime import DockerRuntime
 from envs.runtimes.local import LocalRuntime
 from envs.runtimes.prepared import PreparedRepoRuntime
@@ -34,7 +35,7 @@ from rollout.errors import ConfigError
 from rollout.protocols import Runtime
 from rollout.records import Task
 
-RuntimeKind = Literal["docker", "local"]
+RuntimeKind = Literal["docker", "apptainer", "local"]
 LOCAL_REPO_DIR = "testbed"
 """Where the repository is cloned in a local workspace (the images have it at /testbed)."""
 LOCAL_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -51,15 +52,16 @@ async def evaluate(dataset_path: str | Path, predictions_path: str | Path, *, ru
                    allow_outside_paths: bool = False) -> dict[str, Any]:
     """Grade every non-empty prediction for an instance of the dataset, ``workers`` at a time, each in a
     fresh runtime: a container of the instance's image (``runtime="docker"``; missing images of rows with
-    ``repo_path`` are built first) or a host workspace with ``repo_path`` cloned at ``base_commit``
+    ``repo_path`` are built first), an apptainer instance of that image (``"apptainer"``: converted once per node
+    from this node's docker) or a host workspace with ``repo_path`` cloned at ``base_commit``
     (``"local"``: the dataset's own test commands run unisolated on this host). Writes each instance's
     ``logs/run_evaluation/<run_id>/<model>/<instance_id>/`` files and ``<model>.<run_id>.json`` under
     ``out_root``; returns that run report. Bad input (files, unknown ids, a row the runtime cannot grade) is
     a ``ConfigError`` before any grading; an instance whose grading fails is an error in the report.
     ``local_env``: environment variables of the local runtime's commands, over the host's.
     ``allow_outside_paths``: ``repo_path`` may be absolute or lead out of the dataset's directory."""
-    if runtime not in ("docker", "local"):
-        raise ConfigError(f"must be docker or local, got {runtime!r}", "runtime")
+    if runtime not in ("docker", "apptainer", "local"):
+        raise ConfigError(f"must be docker, apptainer or local, got {runtime!r}", "runtime")
     if workers < 1:
         raise ConfigError(f"must be at least 1, got {workers}", "workers")
     problem = name_problem(run_id)
@@ -102,7 +104,7 @@ async def evaluate(dataset_path: str | Path, predictions_path: str | Path, *, ru
             try:
                 graded = await grade({"instance_id": task.task_id, **task.data}, patch,
                                      _factory(task, runtime, run_id, eval_timeout, base_image, local_env),
-                                     eval_timeout=eval_timeout, repo_dir="/testbed" if runtime == "docker"
+                                     eval_timeout=eval_timeout, repo_dir="/testbed" if runtime != "local"
                                      else LOCAL_REPO_DIR)
             except Exception as exc:  # noqa: BLE001 - one instance's failure is a line in the report, not the end
                 _write_error(out_root, run_id, model, task.task_id, patch, exc)
@@ -127,6 +129,9 @@ def _factory(task: Task, runtime: RuntimeKind, run_id: str, eval_timeout: float,
     if runtime == "docker":
         config = {"image": image_for(task, base_image), "workdir": "/testbed", "timeout": eval_timeout}
         return lambda: DockerRuntime(config, run_id=run_id, rollout_id=f"eval-{task.task_id}")
+    if runtime == "apptainer":
+        config = {"image": image_for(task, base_image), "workdir": "/testbed", "timeout": eval_timeout}
+        return lambda: ApptainerRuntime(config, run_id=run_id)
     # trusted_model: the commands run are the dataset's own test commands, not a model's.
     local = {"timeout": eval_timeout, "env": dict(local_env)}
     return lambda: PreparedRepoRuntime(LocalRuntime(local, trusted_model=True),

@@ -87,3 +87,26 @@ def test_gold_on_the_local_runtime_resolves(tmp_path):
     for path in (tmp_path / "swe_local" / "trajectories").rglob("*.traj.json"):
         info = json.loads(path.read_text())["info"]
         assert info["config"]["model"]["base_url"] == url and info["written_by"].startswith("rollout-farm ")
+
+
+@pytest.mark.docker
+@pytest.mark.apptainer
+def test_gold_resolves_all_twelve_on_apptainer_unprivileged_and_eval_agrees(tmp_path, base_image, apptainer_binary):
+    """The whole demo with ``runtime.type=apptainer``: the instance images docker built, each converted once into a
+    sandbox for the real binary, run and graded in instances as an unprivileged user."""
+    data, cache = tmp_path / "data" / "swe_mini.jsonl", tmp_path / ".apptainer-cache"  # under ROLLOUT_HOME
+    apptainer = ["runtime.type=apptainer"]
+    out = rollout(tmp_path, "run", str(CONFIG), f"dataset.path={data}", "serve=null",
+                  "serve={app: scripted, in_process: true, policy: gold}", "run_id=swe_apptainer", *apptainer,
+                  timeout=1500)
+    rows = results(tmp_path / "swe_apptainer")
+    assert len(rows) == 12 and all(r["status"] == "completed" for r in rows), out.stderr[-3000:]
+    unresolved = {r["task_id"]: r["reward_details"].get("unresolved_reason") for r in rows if r["reward"] != 1.0}
+    assert unresolved == {}
+    converted = sorted(os.listdir(cache))
+    assert len(converted) == 12 and not [c for c in converted if ".partial" in c]  # one sandbox per instance image
+
+    out = rollout(tmp_path, "eval", "--dataset", str(data), "--predictions", str(tmp_path / "swe_apptainer" /
+                  "preds.json"), "--run-id", "regrade", "--runtime", "apptainer", timeout=900)
+    summary = json.loads(next((tmp_path / "regrade").glob("*.regrade.json")).read_text())
+    assert summary["resolved_instances"] == 12 and len(os.listdir(cache)) == 12  # graded on the same sandboxes

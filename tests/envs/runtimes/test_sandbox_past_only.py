@@ -119,9 +119,21 @@ def assert_past_only(seen: dict[str, list[str]], leaks: list[str], history: dict
     assert leaks == [], f"files holding the fix's line: {leaks}"
 
 
-def container(engine: str, image: str, workdir: str) -> DockerRuntime:
+def container(engine: str, image: str, workdir: str) -> DockerRuntime | ApptainerRuntime:
+    """A sandbox of ``image`` on ``engine``: docker or podman, or apptainer (the docker image, converted)."""
+    if engine == "apptainer":
+        return ApptainerRuntime({"image": image, "workdir": workdir}, run_id=f"test-past-{uuid.uuid4().hex[:8]}")
     return DockerRuntime({"type": engine, "image": image, "workdir": workdir},
                          run_id=f"test-past-{uuid.uuid4().hex[:8]}", rollout_id=f"past-{engine}")
+
+
+def engine_ready(request, engine: str, image: str) -> None:
+    """``image`` where ``engine`` runs it (podman gets a copy), or the test skipped (failed in CI) without it."""
+    if engine == "podman":
+        request.getfixturevalue("podman_available")
+        podman_copy(image)
+    if engine == "apptainer":
+        request.getfixturevalue("apptainer_binary")
 
 
 @pytest.fixture
@@ -162,8 +174,7 @@ def test_a_prepared_repository_holds_exactly_the_base_commits_past(history, requ
     if kind == "local":
         inner, repo_dir = LocalRuntime({"root": str(tmp_path / "ws")}, trusted_model=True), "testbed"
     elif kind == "apptainer":
-        if not (shutil.which("apptainer") or shutil.which("singularity")):
-            pytest.skip("no apptainer or singularity binary on PATH: the apptainer sandbox cannot be tested here")
+        request.getfixturevalue("apptainer_binary")
         inner = ApptainerRuntime({"image": f"docker-daemon:{request.getfixturevalue('base_image')}",
                                   "workspace_root": str(tmp_path)})
         repo_dir = "testbed"
@@ -192,13 +203,12 @@ def test_a_prepared_repository_holds_exactly_the_base_commits_past(history, requ
 @pytest.mark.parametrize(("engine", "source"), [
     pytest.param("docker", "calc", marks=pytest.mark.docker),
     pytest.param("podman", "calc.bundle", marks=pytest.mark.podman),
+    pytest.param("apptainer", "calc.bundle", marks=[pytest.mark.docker, pytest.mark.apptainer]),
 ])
 def test_an_instance_images_container_holds_exactly_the_base_commits_past(history, instance_image, request,
                                                                           engine, source):
     tag = instance_image(source)
-    if engine == "podman":
-        request.getfixturevalue("podman_available")
-        podman_copy(tag)
+    engine_ready(request, engine, tag)
 
     async def scenario():
         runtime = container(engine, tag, "/testbed")
@@ -231,12 +241,11 @@ def dataset_image(history, base_image, tmp_path):
 
 
 @pytest.mark.parametrize("engine", [pytest.param("docker", marks=pytest.mark.docker),
-                                    pytest.param("podman", marks=pytest.mark.podman)])
+                                    pytest.param("podman", marks=pytest.mark.podman),
+                                    pytest.param("apptainer", marks=[pytest.mark.docker, pytest.mark.apptainer])])
 def test_a_dataset_images_repository_holds_only_the_past_once_the_agent_starts(history, dataset_image, request,
                                                                                engine):
-    if engine == "podman":
-        request.getfixturevalue("podman_available")
-        podman_copy(dataset_image)
+    engine_ready(request, engine, dataset_image)
     row = {"instance_id": "demo__calc-1", "repo": "demo/calc", "base_commit": history["base"],
            "image_name": dataset_image, "problem_statement": "total is 0"}
     task = Task(task_id=row["instance_id"], data=row)
