@@ -93,6 +93,32 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def kill_pid_namespace(init: int, passes: int = 3) -> int:
+    """SIGKILL every process in the PID namespace whose init is the host process ``init``, but ``init`` itself
+    (the namespace, a container, lives on); how many were killed. Nothing when ``init`` shares this process's
+    namespace: that would be every process of the host. A few passes catch children forked while it ran."""
+    try:
+        namespace = os.readlink(f"/proc/{init}/ns/pid")
+        if namespace == os.readlink("/proc/self/ns/pid"):
+            return 0
+    except OSError:
+        return 0
+    killed = 0
+    for _ in range(passes):
+        found = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == init:
+                continue
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                    os.kill(int(entry), signal.SIGKILL)
+                    found += 1
+        killed += found
+        if not found:
+            break
+    return killed
+
+
 def failure_reason(result: ExecResult) -> str:
     """``timed out`` or ``exit code N``, for error messages about a command that should have succeeded."""
     return "timed out" if result.timed_out else f"exit code {result.returncode}"

@@ -87,9 +87,9 @@ def _amount(text: str) -> str:
     return str(int(text[:-1]) << {"k": 10, "m": 20, "g": 30}[unit]) if unit in "kmg" and text[:-1] else text
 
 
-def reap_argv(binary: str, name: str) -> list[str]:
-    """Kill every process in the instance but its init (``kill -1`` spares the caller and PID 1)."""
-    return [binary, "exec", f"instance://{name}", "sh", "-c", "kill -9 -1"]
+def list_argv(binary: str, name: str) -> list[str]:
+    """``instance list --json`` of one instance: its init's host pid among the fields."""
+    return [binary, "instance", "list", "--json", name]
 
 
 def stop_argv(binary: str, name: str) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import posixpath
 import re
@@ -24,14 +25,14 @@ from envs.runtimes.apptainer import owner_watch
 from envs.runtimes.apptainer.argv import (  # noqa: F401 - re-exported
     exec_argv,
     limits_argv,
-    reap_argv,
+    list_argv,
     start_argv,
     stop_argv,
     workspace_mount,
 )
 from envs.runtimes.apptainer.config import ApptainerRuntimeConfig
 from envs.runtimes.host_files import read_host_file, write_host_file
-from envs.runtimes.process import failure_reason, kill_group, run_capped
+from envs.runtimes.process import failure_reason, kill_group, kill_pid_namespace, run_capped
 from rollout.config.load import coerce
 from rollout.errors import ContainerStartError, RuntimeFailure
 from rollout.protocols import ExecResult
@@ -136,12 +137,23 @@ class ApptainerRuntime:
         fired = ran.returncode in (124, 128 + signal.SIGKILL) and ran.duration >= limit  # `timeout`'s exit codes
         update: dict[str, Any] = {"timed_out": ran.timed_out or fired}
         if update["timed_out"]:  # what the command left, `setsid` included, goes with it: one command at a time
-            with contextlib.suppress(RuntimeFailure):
-                await run_capped(reap_argv(self.binary, self.name), timeout=60.0, max_output_bytes=_CONTROL_CAP)
+            await self._stop_leftovers()
         if ran.returncode == 128 + signal.SIGXFSZ and self.config.max_file_size is not None:
             update["output"] = (f"{ran.output}\n[File size limit exceeded: a file reached max_file_size "
                                 f"({self.config.max_file_size})]\n")
         return ran.model_copy(update=update)
+
+    async def _stop_leftovers(self) -> None:
+        """Kill every process in the instance but its init, from the host (a fork bomb leaves no room for a
+        command inside): only where the instance has a PID namespace of its own (``containall``)."""
+        if not self.config.containall:
+            return
+        with contextlib.suppress(RuntimeFailure):
+            listed = await run_capped(list_argv(self.binary, self.name), timeout=30.0, max_output_bytes=_CONTROL_CAP)
+            with contextlib.suppress(ValueError, LookupError, TypeError):
+                text = listed.output[listed.output.find("{"):listed.output.rfind("}") + 1]  # past any INFO line
+                init = int(json.loads(text)["instances"][0]["pid"])
+                await asyncio.to_thread(kill_pid_namespace, init)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (relative to ``workdir``, or absolute in the container), creating parents."""

@@ -12,6 +12,7 @@ not count root's processes against it, and the CI machine's apptainer user maps 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import socket
@@ -171,7 +172,7 @@ def test_memory_beyond_the_address_space_limit_fails_the_command_not_the_node(so
 def test_no_network_but_loopback_and_nothing_of_the_host_answers(source, cache, tmp_path):
     servers = [socket.create_server((address, 0)) for address in ("127.0.0.1", _host_address())]
     for server in servers:
-        threading.Thread(target=lambda s=server: [s.accept()[0].close() for _ in range(10)], daemon=True).start()
+        threading.Thread(target=_answer, args=(server,), daemon=True).start()
     probes = [f"python3 -c \"import socket; socket.create_connection(('{h}', {p}), timeout=2); print('reached')\""
               for h, p in (server.getsockname()[:2] for server in servers)]
 
@@ -193,6 +194,13 @@ def test_a_limit_that_cannot_be_set_fails_the_start_naming_the_field(source, cac
         beyond = int(handle.read()) + 1
     with pytest.raises(ContainerStartError, match="runtime.ulimits"):
         asyncio.run(runtime(source, cache, tmp_path, ulimits={"nofile": beyond}).start())
+
+
+def _answer(server: socket.socket) -> None:
+    """Accept and close connections until the server is closed."""
+    with contextlib.suppress(OSError):
+        while True:
+            server.accept()[0].close()
 
 
 def _cmdline(pid: str) -> str:
