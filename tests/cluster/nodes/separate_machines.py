@@ -133,6 +133,19 @@ def run_on_cluster(address: str, head_files: Path, *extra: str, env: dict[str, s
     return process
 
 
+def finished(process: subprocess.Popen, timeout: float = 600) -> str:
+    """The driver's output once it ended well; an ``AssertionError`` with its tail if it failed or ran past
+    ``timeout`` seconds (then it is killed)."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(f"the run did not end within {timeout:g}s: {output(process)[-4000:]}") from None
+    out = output(process)
+    assert process.returncode == 0, out[-4000:]
+    return out
+
+
 def output(process: subprocess.Popen) -> str:
     return Path(process.log_path).read_text(errors="replace")
 

@@ -5,10 +5,9 @@ own apptainer cache, and runs every rollout and its grading in apptainer instanc
 from __future__ import annotations
 
 import collections
-import subprocess
 
 import pytest
-from separate_machines import output, results, run_on_cluster
+from separate_machines import finished, results, run_on_cluster
 
 pytestmark = [pytest.mark.docker, pytest.mark.apptainer, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -18,13 +17,7 @@ def test_the_demo_resolves_in_apptainer_instances_on_fresh_machines(ray_cluster,
     address = ray_cluster.get_runtime_context().gcs_address
     # Six of the demo's instances: the first conversion of each on each machine is most of the time (12/12 measured).
     run = run_on_cluster(address, head_files, "runtime.type=apptainer", "run.concurrency=4", "dataset.slice=0:6")
-    try:
-        run.wait(timeout=1200)
-    except subprocess.TimeoutExpired:
-        run.kill()
-        raise AssertionError(f"the run did not end: {output(run)[-4000:]}") from None
-    out = output(run)
-    assert run.returncode == 0, out[-4000:]
+    finished(run, timeout=1200)
     rows = [r for r in results(head_files) if r["status"] == "completed"]
     assert len(rows) == 6 and all(r["reward"] == 1.0 for r in rows), [(r["task_id"], r["reward"]) for r in rows]
     assert collections.Counter(r["rollout_id"] for r in rows).most_common(1)[0][1] == 1  # nothing twice

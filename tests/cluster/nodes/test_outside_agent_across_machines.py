@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import collections
 import json
-import subprocess
 
 import pytest
-from separate_machines import output, results, run_on_cluster
+from separate_machines import finished, results, run_on_cluster
 
 from rollout.models import scripted_tokens
 
@@ -21,13 +20,7 @@ def test_mini_swe_agents_cli_resolves_the_demo_on_fresh_machines_through_the_run
         ray_cluster, two_machines, head_files):
     address = ray_cluster.get_runtime_context().gcs_address
     run = run_on_cluster(address, head_files, "run.concurrency=4", config="swe_mini_agent.yaml")
-    try:
-        run.wait(timeout=1200)
-    except subprocess.TimeoutExpired:
-        run.kill()
-        raise AssertionError(f"the run did not end: {output(run)[-4000:]}") from None
-    out = output(run)
-    assert run.returncode == 0, out[-4000:]
+    out = finished(run, timeout=1200)
     assert "gateway: the agent's model calls go through the run's own gateway" in out
     rows = [r for r in results(head_files) if r["status"] == "completed"]
     assert len(rows) == 12 and all(r["reward"] == 1.0 for r in rows), [(r["task_id"], r["reward"]) for r in rows]

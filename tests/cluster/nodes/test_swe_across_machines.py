@@ -10,22 +10,20 @@ import shutil
 import subprocess
 
 import pytest
-from separate_machines import PROJECT, SANDBOX, new_machine, output, results, run_on_cluster, start_registry
+from separate_machines import (
+    PROJECT,
+    SANDBOX,
+    finished,
+    new_machine,
+    output,
+    results,
+    run_on_cluster,
+    start_registry,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 LABEL = "rollout-farm.run"
-
-
-def finished(process, timeout: float = 600) -> str:
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise AssertionError(f"the run did not end within {timeout:g}s: {output(process)[-4000:]}") from None
-    out = output(process)
-    assert process.returncode == 0, out[-4000:]
-    return out
 
 
 def assert_whole(head_files, expected: int = 12) -> list[dict]:

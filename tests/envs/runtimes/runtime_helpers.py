@@ -1,6 +1,6 @@
 """What the runtime tests share: a container runtime on docker or podman with a run id of its own, a scenario run on a
-started runtime (closed whatever happens), docker's image copied into podman's storage, and the host's processes by
-their command line."""
+started runtime of any kind (closed whatever happens), docker's image copied into podman's storage, and the host's
+processes by their command line."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def container_runtime(image: str, engine: str = "docker", run_id: str | None = N
     return DockerRuntime(section, run_id=run_id or f"test-{uuid.uuid4().hex[:8]}", rollout_id=engine)
 
 
-def run(scenario: Callable[[DockerRuntime], Awaitable[Any]], rt: DockerRuntime) -> Any:
-    """Start ``rt``, run ``scenario(rt)``, and close it whatever happens."""
+def run(scenario: Callable[[Any], Awaitable[Any]], rt: Any) -> Any:
+    """Start ``rt`` (any runtime), run ``scenario(rt)``, and close it whatever happens."""
 
     async def main():
         await rt.start()

@@ -21,6 +21,7 @@ import threading
 import uuid
 
 import pytest
+from runtime_helpers import run, survivors
 
 from envs.runtimes.apptainer.runtime import ApptainerRuntime
 from envs.runtimes.check import check_runtime
@@ -43,17 +44,6 @@ def source(apptainer_binary, base_image) -> str:
 def runtime(image: str, cache: str, tmp_path, **overrides) -> ApptainerRuntime:
     config = {"image": image, "cache_dir": cache, "workspace_root": str(tmp_path / "ws"), **overrides}
     return ApptainerRuntime(config, run_id="real")
-
-
-def run(scenario, rt: ApptainerRuntime):
-    async def go():
-        await rt.start()
-        try:
-            return await scenario(rt)
-        finally:
-            await rt.close()
-
-    return asyncio.run(go())
 
 
 def test_the_real_binary_passes_the_conformance_checker(source, cache, tmp_path):
@@ -155,7 +145,7 @@ def test_a_process_flood_dies_with_the_instance(source, cache, tmp_path):
     flood, limit = run(scenario, runtime(source, cache, tmp_path, ulimits={"nproc": nproc}))
     assert flood.output.strip().endswith("started")
     assert limit.output.strip() == str(nproc)  # the farm's per-command limit reached the command
-    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and marker in _cmdline(pid)]
+    left = asyncio.run(survivors(marker))
     assert left == [], f"{len(left)} of the flood's processes outlived the rollout"
 
 
@@ -201,14 +191,6 @@ def _answer(server: socket.socket) -> None:
     with contextlib.suppress(OSError):
         while True:
             server.accept()[0].close()
-
-
-def _cmdline(pid: str) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _host_address() -> str:
