@@ -73,11 +73,13 @@ class ApptainerRuntime:
         if self._started:
             return
         binary = find_binary(self.config.binary)
-        if limits_argv(self.config) and shutil.which("prlimit") is None:
-            raise ContainerStartError("the apptainer runtime sets its resource limits (max_file_size, ulimits) with "
-                                      "prlimit (util-linux), which is not on PATH", retryable=False)
-        if limits_argv(self.config):
-            tried = await run_capped([*limits_argv(self.config), "true"], timeout=30.0, max_output_bytes=_CONTROL_CAP)
+        limits = limits_argv(self.config)
+        if limits:  # set on each command with prlimit: one try first, so a limit that cannot be set names its field
+            try:
+                tried = await run_capped([*limits, "true"], timeout=30.0, max_output_bytes=_CONTROL_CAP)
+            except RuntimeFailure as exc:  # no prlimit (util-linux) on PATH
+                raise ContainerStartError(f"runtime.ulimits / max_file_size are set with prlimit: {exc}",
+                                          retryable=False) from exc
             if tried.returncode != 0:
                 raise ContainerStartError(f"runtime.ulimits / max_file_size cannot be set here: {tried.output.strip()}"
                                           " (a limit above the hard limit this process has)", retryable=False)
