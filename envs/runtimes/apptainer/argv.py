@@ -82,9 +82,10 @@ def limits_argv(config: ApptainerRuntimeConfig) -> list[str]:
 
 
 def _amount(text: str) -> str:
-    """``64m`` -> ``67108864`` (k, m, g binary units); numbers and ``unlimited`` as they are."""
-    unit = text[-1:].lower()
-    return str(int(text[:-1]) << {"k": 10, "m": 20, "g": 30}[unit]) if unit in "kmg" and text[:-1] else text
+    """``64m`` -> ``67108864`` (b, k, m, g binary units, as ``max_file_size`` takes them); numbers and
+    ``unlimited`` as they are."""
+    shift = {"b": 0, "k": 10, "m": 20, "g": 30}.get(text[-1:].lower())
+    return str(int(text[:-1]) << shift) if shift is not None and text[:-1].isdigit() else text
 
 
 def list_argv(binary: str, name: str) -> list[str]:

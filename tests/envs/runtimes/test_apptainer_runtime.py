@@ -184,6 +184,9 @@ def test_the_farm_sets_resource_limits_on_each_command_with_prlimit():
     assert prefix == ["prlimit", "--as=2147483648:2147483648", "--fsize=67108864:67108864", "--nofile=1024:1024",
                       "--nproc=256:512", "--"]
     assert exec_argv(ApptainerRuntimeConfig(max_file_size=None), "r1", "true", timeout=1, pwd="/w")[0] == "apptainer"
+    in_bytes = ApptainerRuntimeConfig(max_file_size="4096b", ulimits={"cpu": "unlimited"})  # every form the fields take
+    assert exec_argv(in_bytes, "r1", "true", timeout=1, pwd="/w")[:4] == [
+        "prlimit", "--cpu=unlimited:unlimited", "--fsize=4096:4096", "--"]
 
 
 def test_build_and_stop_argv():
