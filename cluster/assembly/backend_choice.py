@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Awaitable, Callable, TextIO
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, TextIO
 
 from cluster.backends.local import LocalBackend
 from cluster.backends.seam import Backend, WorkerSource
@@ -18,6 +18,11 @@ from cluster.workers.in_process import InProcessBackend
 from rollout.config.components import RunsContainers, TimesGrading
 from rollout.errors import ConfigError
 from rollout.records import Task
+
+KEEP_IDLE_DEFAULT = 600.0
+"""Seconds a worker kept after a run waits for the next (``farm.keep_workers_idle``'s default with ``serve.keep``)."""
+WORKER_SECTIONS = ("model", "agent", "environment", "runtime", "verifier", "profiles", "serve", "images")
+"""The run config's sections a worker composes from: part of a kept worker's key (``cluster.workers.kept``)."""
 
 DEADLINE_MARGIN = 300.0
 """Seconds added to the agent's and the model's time limits and the grading timeout for the default host-side
@@ -50,6 +55,11 @@ class BackendSettings:
     """How images reach the nodes."""
     image_of: Callable[[Task], str | None] | None = None
     """A task's image name (image locality), when the rollouts run in containers."""
+    keep: float = 0.0
+    """``ray`` on a joined cluster: seconds the workers stay after the run for a later one (``cluster.workers.kept``);
+    0: they end with it."""
+    made_of: dict[str, Any] = field(default_factory=dict)
+    """The config sections the workers compose from (``WORKER_SECTIONS``), part of a kept worker's key."""
 
 
 def default_deadline(composer: Composer) -> float | None:
@@ -118,12 +128,14 @@ async def start_backend(kind: str | None, source: WorkerSource, settings: Backen
         return local, local.close
     if kind != "ray":
         raise ConfigError(f"must be 'ray' or 'local', got {kind!r}", "farm.backend")
+    from cluster.workers.kept import KeepWorkers  # imports ray, as below
     from cluster.workers.ray_backend import RayBackend  # imports ray: the local backend runs without it
 
+    keep = KeepWorkers(settings.keep, settings.made_of) if settings.keep > 0 else None
     backend = RayBackend(source, run_id=settings.run_id, resources=settings.resources or Resources(),
                          concurrency=settings.concurrency, deadline=settings.deadline, run_dir=settings.run_dir,
                          engines=settings.engines, name=settings.name, images=settings.images,
-                         image_of=settings.image_of, out=out)
+                         image_of=settings.image_of, keep=keep, out=out)
     await backend.start()
     if settings.announce:
         limit = f"{settings.deadline:g}s" if settings.deadline else "none"
@@ -137,7 +149,19 @@ def run_settings(config: RunConfig, composer: Composer, *, run_id: str, run_dir:
     return BackendSettings(run_id=run_id, run_dir=run_dir, resources=rollout_resources(config, composer),
                            concurrency=config.run.concurrency, engines=tuple(sorted(composer.container_engines())),
                            deadline=farm.deadline if farm.deadline is not None else default_deadline(composer),
-                           announce=True, images=config.images, image_of=composer.image_of)
+                           announce=True, images=config.images, image_of=composer.image_of,
+                           keep=keep_workers_idle(config),
+                           made_of=config.model_dump(mode="json", include=set(WORKER_SECTIONS)))
+
+
+def keep_workers_idle(config: RunConfig) -> float:
+    """Seconds a run's workers stay after it (``farm.keep_workers_idle``; by default ``KEEP_IDLE_DEFAULT`` with
+    ``serve.keep``): 0 unless the run joins a cluster (the assembly checks again that it did not start one)."""
+    farm = config.farm
+    idle = farm.keep_workers_idle
+    if idle is None:
+        idle = KEEP_IDLE_DEFAULT if config.serve is not None and config.serve.keep else 0.0
+    return idle if farm.joins_cluster else 0.0
 
 
 def farm_settings(config: RunConfig, composer: Composer) -> dict[str, object]:

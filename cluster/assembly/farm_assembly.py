@@ -17,6 +17,7 @@ backend itself. Its parts:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Awaitable, Callable, Sequence, TextIO
@@ -190,6 +191,8 @@ class FarmAssembly:
         return self.driver_server.url
 
     async def _start_backend(self, source: WorkerSource, settings: BackendSettings) -> Backend:
+        if self.owns_cluster:  # workers kept on a cluster that stops with the run would serve nobody
+            settings = dataclasses.replace(settings, keep=0.0)
         self.backend, self._close_backend = await start_backend(self.backend_kind, source, settings, out=self.out)
         return self.backend
 

@@ -34,6 +34,9 @@ class Backend(ABC):
     transfers: dict[str, Any] | None = None
     """What reached the nodes during the run (images, files), for the summary; None where nothing travels."""
 
+    kept_workers: dict[str, Any] | None = None
+    """Workers kept between runs on a standing cluster: ``{"reused", "started", "idle"}``; None: none kept."""
+
     def running(self) -> int | None:
         """Rollouts running now, when some of those sent wait on their worker; None: every one sent runs."""
         return None

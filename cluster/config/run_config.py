@@ -105,6 +105,10 @@ class FarmConfig(StrictModel):
     verifier's ``eval_timeout`` plus 300 s, or none when the agent has no time limit."""
     dashboard: bool = False
     """Start the Ray dashboard with the embedded cluster."""
+    keep_workers_idle: float | None = Field(default=None, ge=0)
+    """On a cluster the run joins (``address``), keep its worker actors after it for a later run built the same
+    way (``cluster.workers.kept``), and end each after this many idle seconds. Default: 600 when ``serve.keep`` is
+    set, else off; 0: off. Never on the embedded cluster a run starts (it stops with the run)."""
     node_resources: dict[str, float] = Field(default_factory=dict)
     """Ray custom resources a node must offer to host rollout workers, e.g. ``{sandbox: 1}`` on a cluster whose
     model nodes run no sandboxes (a node without them, the head included, gets no worker). Default: every node

@@ -181,6 +181,11 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
     limits = assembly.backend.node_limits() if assembly.backend is not None else None
     if limits:  # farm.adaptive: where each node's limit ended, and every change with why
         summary["adaptive"] = limits
+    kept = assembly.backend.kept_workers if assembly.backend is not None else None
+    if kept is not None:  # a standing cluster's workers kept between runs: how many this run took from an earlier one
+        summary["kept_workers"] = kept
+        if summary.get("startup"):
+            summary["startup"]["workers_reused"] = f"{kept['reused']}/{kept['reused'] + kept['started']}"
     summary["nodes_lost"] = assembly.backend.lost_nodes() if assembly.backend is not None else []
     summary["transfers"] = assembly.backend.transfers if assembly.backend is not None else None
     swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw), latest)

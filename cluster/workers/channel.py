@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ray.exceptions import RayActorError
 
+from cluster.workers.mailbox import LeaseLost
 from rollout.records import RequestMeta, Task
 
 
@@ -32,8 +33,10 @@ class WorkerGone(Exception):
 
 class Channel:
     def __init__(self, actor: Any, on_lost: Callable[[BaseException], None], collect_wait: float = 30.0,
-                 slots: int | None = None):
+                 slots: int | None = None, lease: str | None = None):
         self.actor, self.on_lost, self.collect_wait = actor, on_lost, collect_wait
+        self.lease = lease
+        """The run's lease of a kept worker (``cluster.workers.kept``), sent with every call; None: its own worker."""
         self.slots = slots
         """Rollouts the worker runs at once; what the driver sends beyond them waits there for a slot."""
         self.pending: dict[int, asyncio.Future] = {}
@@ -64,12 +67,12 @@ class Channel:
         the next batch; a higher count starts what waits there."""
         self.slots = slots
         if self.gone is None:
-            as_future(self.actor.submit.remote([], slots)).add_done_callback(retrieve)
+            as_future(self.actor.submit.remote([], slots, self.lease)).add_done_callback(retrieve)
 
     def cancel(self, seq: int) -> None:
         """Stop one rollout on the worker; its future resolves to None once it has unwound."""
-        if self.gone is None:
-            as_future(self.actor.cancel.remote([seq])).add_done_callback(retrieve)  # a gone worker's error is moot
+        if self.gone is None:  # a gone worker's error is moot
+            as_future(self.actor.cancel.remote([seq], self.lease)).add_done_callback(retrieve)
 
     async def close(self) -> None:
         if self._flush is not None:
@@ -88,7 +91,7 @@ class Channel:
             return
         self.calls += 1
         try:
-            ref = self.actor.submit.remote(batch, self.slots)
+            ref = self.actor.submit.remote(batch, self.slots, self.lease)
         except Exception as exc:  # noqa: BLE001 - arguments that do not serialise: those rollouts fail
             for seq, _, _ in batch:
                 _fail(self.pending.pop(seq, None), exc)
@@ -100,8 +103,8 @@ class Channel:
         if future.cancelled() or future.exception() is None:
             return
         exc = future.exception()
-        if isinstance(exc, RayActorError):
-            self._lost(exc)
+        if isinstance(exc, (RayActorError, LeaseLost)):
+            self.lost(exc)
         else:  # the worker could not take this batch (e.g. a task that does not unpickle there)
             for seq, _, _ in batch:
                 _fail(self.pending.pop(seq, None), exc)
@@ -109,18 +112,19 @@ class Channel:
     async def _collect(self) -> None:
         while self.gone is None:
             try:
-                items = await as_future(self.actor.collect.remote(self.collect_wait))
+                items = await as_future(self.actor.collect.remote(self.collect_wait, self.lease))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - an actor that cannot answer is as good as gone
-                self._lost(exc)
+                self.lost(exc)
                 return
             for seq, payload in items:
                 future = self.pending.pop(seq, None)
                 if future is not None and not future.done():
                     future.set_result(payload)
 
-    def _lost(self, exc: BaseException) -> None:
+    def lost(self, exc: BaseException) -> None:
+        """The worker is gone for this driver: every rollout in flight on it fails, and ``on_lost`` is told."""
         if self.gone is not None:
             return
         self.gone = exc

@@ -24,10 +24,16 @@ Encoded = tuple[int, bytes]
 """A result as ``cluster.workers.wire.encode_result`` makes it."""
 
 
+class LeaseLost(Exception):
+    """A call for a run that no longer holds this (kept) worker: its lease expired and another run took it."""
+
+
 class Mailbox:
     """Mixed into the worker, which provides ``execute(task, meta) -> RolloutResult``."""
 
-    def _open_mailbox(self) -> None:
+    def _open_mailbox(self, holder: str | None = None) -> None:
+        self.holder = holder
+        """The run whose calls this mailbox takes (a kept worker's lease, ``cluster.workers.kept``); None: any."""
         self._running: dict[int, asyncio.Task] = {}
         self._waiting: collections.deque[tuple[int, Task, RequestMeta, float]] = collections.deque()
         self.slots: int | None = None
@@ -40,11 +46,18 @@ class Mailbox:
         """Rollouts received that wait for a slot."""
         return len(self._waiting)
 
-    async def submit(self, batch: list[tuple[int, Task, RequestMeta]], slots: int | None = None) -> int:
+    def _check_lease(self, lease: str | None) -> None:
+        if lease is not None and lease != self.holder:
+            raise LeaseLost(f"this worker's lease of {lease} ended; it runs for another run now")
+
+    async def submit(self, batch: list[tuple[int, Task, RequestMeta]], slots: int | None = None,
+                     lease: str | None = None) -> int:
         """Take ``(seq, task, meta)`` rollouts: each starts at once while fewer than ``slots`` run (no limit when
         None), else waits here, first come first started, for one to finish. So a driver may send the next
         rollouts ahead of the slots that free, and a slot is refilled without a round trip to it. Each result
-        goes to the outbox that ``collect`` empties."""
+        goes to the outbox that ``collect`` empties. ``lease``: the run sending them (a kept worker takes only its
+        holder's calls)."""
+        self._check_lease(lease)
         if slots is not None:
             self.slots = slots
         now = time.perf_counter()
@@ -77,8 +90,9 @@ class Mailbox:
         if self._ready is not None:
             self._ready.set()
 
-    async def collect(self, wait: float = 30.0) -> list[tuple[int, Encoded | None]]:
+    async def collect(self, wait: float = 30.0, lease: str | None = None) -> list[tuple[int, Encoded | None]]:
         """Every ``(seq, encoded result)`` finished since the last call; waits up to ``wait`` s for one."""
+        self._check_lease(lease)
         if self._ready is None:
             self._ready = asyncio.Event()
         if not self._outbox:
@@ -87,12 +101,22 @@ class Mailbox:
                 await within(self._ready.wait(), wait)  # cancelled, it must not take the outbox to nobody
             except asyncio.TimeoutError:
                 pass
+        self._check_lease(lease)  # the lease may have passed to another run while this call waited
         out, self._outbox = self._outbox, []
         return out
 
-    async def cancel(self, seqs: list[int]) -> None:
+    async def _cancel_all(self) -> None:
+        """Every rollout stopped: the waiting ones dropped, the running ones cancelled and unwound."""
+        self._waiting.clear()
+        running = list(self._running.values())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    async def cancel(self, seqs: list[int], lease: str | None = None) -> None:
         """Cancel rollouts: a running one's runtime closes what it started, a waiting one never starts; ``collect``
         reports None for each."""
+        self._check_lease(lease)
         waiting = set(seqs) & {item[0] for item in self._waiting}
         if waiting:
             self._waiting = collections.deque(item for item in self._waiting if item[0] not in waiting)

@@ -13,8 +13,10 @@ import ray
 
 from cluster.placement.slots import Node
 from cluster.workers.channel import Channel, as_future, first_line
+from cluster.workers.kept import kept_handle, kept_name, kept_prefix
+from cluster.workers.mailbox import LeaseLost
 from cluster.workers.reaping import reap_dead_owners
-from cluster.workers.worker_actor import spawn_worker
+from cluster.workers.worker_actor import KeptLease, note_scope, spawn_worker
 from rollout.waits import within
 
 NODE_REFRESH_INTERVAL = 5.0
@@ -28,8 +30,10 @@ gets another worker: Ray notices a dead machine only after its missed heartbeats
 
 class NodeMembership:
     """The node half of ``RayBackend``: it sets ``nodes``, ``source_ref``, ``resources``, ``concurrency``,
-    ``name``, ``run_id``, ``run_dir``, ``engines``, ``out``, ``metrics``, ``limits``, ``workers_lost`` and
-    ``_reap_pending``, and wakes its slot waiters in ``_notify``."""
+    ``name``, ``run_id``, ``run_dir``, ``engines``, ``out``, ``metrics``, ``limits``, ``workers_lost``,
+    ``_reap_pending``, and for kept workers (``cluster.workers.kept``) ``keep``, ``key``, ``holder``,
+    ``kept_listed``, ``kept_tried``, ``workers_started``, ``workers_reused``, and wakes its slot waiters in
+    ``_notify``."""
 
     _listed: dict[str, Any] = {}
     """The nodes alive at the last look (``_refresh_nodes``): none before the first."""
@@ -87,13 +91,15 @@ class NodeMembership:
         generation = node.generation
 
         async def start() -> None:
-            actor = spawn_worker(self.source_ref, node.node_id, f"{self.name}:{self.run_id}:{node.node_id[:8]}:"
-                                 f"{node.index}:{generation}", run_dir=self.run_dir, run_id=self.run_id,
-                                 transfer=self.transfer)
+            actor, info = await self._take_kept(node) if self.keep is not None else (None, None)
             try:
-                info = await within(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
+                if actor is None:
+                    actor = self._spawn(node, generation)
+                    info = await within(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
+                    self.workers_started += 1
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
-                ray.kill(actor, no_restart=True)
+                if actor is not None:
+                    ray.kill(actor, no_restart=True)
                 print(f"[farm] worker on node {node.node_id[:8]} did not start (is the node gone?): "
                       f"{type(exc).__name__}: {first_line(exc)}", file=self.out, flush=True)
                 if node.lost_workers and node.alive and node.generation == generation:
@@ -103,14 +109,51 @@ class NodeMembership:
                     node.actor, node.worker = actor, info["worker"]
                     node.images = set(info.get("images") or ())
                     node.channel = Channel(actor, lambda exc: self._worker_lost(node, generation, exc),
-                                           slots=node.slots)
+                                           slots=node.slots, lease=self.holder)
                     if node.lost_workers:  # on its own host: what the dead worker left there (multi-host farms)
                         actor.reap_dead_owners.remote(self.run_id, self.engines)
+                elif self.keep is not None:  # replaced meanwhile: free for another run
+                    actor.release.remote(self.holder)
             finally:
                 node.starting = None
                 await self._notify()
 
         node.starting = asyncio.create_task(start())
+
+    def _spawn(self, node: Node, generation: int) -> Any:
+        if self.keep is None:
+            name = f"{self.name}:{self.run_id}:{node.node_id[:8]}:{node.index}:{generation}"
+            return spawn_worker(self.source_ref, node.node_id, name, run_dir=self.run_dir, run_id=self.run_id,
+                                transfer=self.transfer)
+        return spawn_worker(self.source_ref, node.node_id, kept_name(self.key, node.node_id), run_dir=self.run_dir,
+                            run_id=self.run_id, transfer=self.transfer,
+                            kept=KeptLease(self.holder, self.keep.ttl, self.keep.idle))
+
+    async def _take_kept(self, node: Node) -> tuple[Any, dict | None]:
+        """A kept worker of this run's key on ``node`` leased to this run (its handle and info), or ``(None,
+        None)`` when there is none or every one is leased to another run."""
+        prefix = kept_prefix(self.key, node.node_id)
+        for name in [n for n in self.kept_listed if n.startswith(prefix) and n not in self.kept_tried]:
+            self.kept_tried.add(name)  # one try per run: the node's other workers look at the others
+            handle = await asyncio.to_thread(kept_handle, name)
+            if handle is None:
+                continue
+            try:
+                info = await within(as_future(handle.lease.remote(
+                    self.holder, self.keep.ttl, self.source_ref, run_dir=self.run_dir, run_id=self.run_id,
+                    transfer=self.transfer, note=note_scope(self.run_id))), WORKER_START_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - it exited meanwhile, or cannot answer: start one instead
+                print(f"[farm] kept worker {name} did not take the lease: {type(exc).__name__}: {first_line(exc)}",
+                      file=self.out, flush=True)
+                continue
+            if info is not None and "refused" in info:
+                print(f"[farm] kept worker {name} is not reused: {info['refused']}", file=self.out, flush=True)
+            elif info is not None:
+                self.workers_reused += 1
+                print(f"[farm] worker on node {node.node_id[:8]}: reused a kept worker ({info['worker']}, its run "
+                      f"{info['leases']}), no new process", file=self.out, flush=True)
+                return handle, info
+        return None, None
 
     def _unreachable(self, node_id: str, why: str) -> None:
         """A worker died on the node and the node does not answer (its raylet's port is closed, or a new worker
@@ -140,8 +183,10 @@ class NodeMembership:
         node.lost_workers.append(node.worker or "?")
         print(f"[farm] worker {node.worker} on node {node.node_id[:8]} died ({type(exc).__name__}); "
               "its rollouts run again, a replacement starts if the node is still there", file=self.out, flush=True)
-        # Unreachable may not mean dead: make sure it runs nothing more the driver has sent elsewhere.
-        ray.kill(node.actor, no_restart=True)
+        # Unreachable may not mean dead: make sure it runs nothing more the driver has sent elsewhere (a kept
+        # worker whose lease passed to another run runs nothing of this one's any more: it stays).
+        if not isinstance(exc, LeaseLost):
+            ray.kill(node.actor, no_restart=True)
         node.actor, node.worker, node.channel = None, None, None
         self._reap_pending = True
         asyncio.get_running_loop().run_in_executor(None, reap_dead_owners, self.run_id, self.engines, self.out)

@@ -29,6 +29,8 @@ from cluster.placement.locality import ImageLocality
 from cluster.placement.slots import Node, Resources, describe_nodes, fewer_than_asked, queue_on, running
 from cluster.transfer.setup import open_transfer, transfer_summary
 from cluster.workers.channel import WorkerGone, retrieve
+from cluster.workers.kept import RENEW_INTERVAL, KeepWorkers, kept_names, new_holder
+from cluster.workers.mailbox import LeaseLost
 from cluster.workers.membership import NodeMembership
 from cluster.workers.metrics import FarmMetrics
 from cluster.workers.reaping import reap_dead_owners, remove_rollout_containers
@@ -48,8 +50,18 @@ class RayBackend(NodeMembership, Backend):
     def __init__(self, source: Any, *, run_id: str, resources: Resources, concurrency: int,
                  deadline: float | None = None, run_dir: str | None = None, engines: tuple[str, ...] = ("docker",),
                  name: str = "rollout-worker", images: Any = None,
-                 image_of: Callable[[Task], str | None] | None = None, out: TextIO = sys.stderr):
+                 image_of: Callable[[Task], str | None] | None = None, keep: KeepWorkers | None = None,
+                 out: TextIO = sys.stderr):
         self.source, self.source_ref = source, ray.put(source)
+        self.keep = keep
+        """Workers kept between runs on a standing cluster (``cluster.workers.kept``), or None: the run's own."""
+        self.key = ""
+        self.holder: str | None = None
+        """This run's lease of its kept workers."""
+        self.kept_listed: list[str] = []
+        self.kept_tried: set[str] = set()
+        self.workers_started = self.workers_reused = 0
+        self._renewer: asyncio.Task | None = None
         self.images = images
         """The run's ``images`` section (``cluster.transfer.setup.ImagesSection``), or None for its defaults."""
         self.health = NodeHealth(engines, out)
@@ -80,6 +92,9 @@ class RayBackend(NodeMembership, Backend):
     async def start(self) -> "RayBackend":
         self._changed = asyncio.Condition()
         self.transfer, self.files = await asyncio.to_thread(open_transfer, self.images)
+        if self.keep is not None:
+            self.key, self.holder = await asyncio.to_thread(self.keep.key), new_holder(self.run_id)
+            self.kept_listed = await asyncio.to_thread(kept_names, self.key)
         await self._refresh_nodes()
         if not self.nodes:
             asked = self.resources.node_resources
@@ -91,16 +106,45 @@ class RayBackend(NodeMembership, Backend):
         if fewer is not None:
             print(fewer, file=self.out, flush=True)
         self._refresher = asyncio.create_task(self._refresh_loop())
+        if self.keep is not None:
+            self._renewer = asyncio.create_task(self._renew_loop())
+            print(f"[farm] workers kept for later runs (farm.keep_workers_idle={self.keep.idle:g}s): "
+                  f"{self.workers_reused} reused, {self.workers_started} started", file=self.out, flush=True)
         return self
 
+    @property
+    def kept_workers(self) -> dict[str, Any] | None:
+        if self.keep is None:
+            return None
+        return {"reused": self.workers_reused, "started": self.workers_started, "idle": self.keep.idle}
+
+    async def _renew_loop(self) -> None:
+        """Renews this run's leases; a worker that answers False was taken by another run after this one's lease
+        expired (this driver stalled past it): its rollouts run again elsewhere, as a lost worker's."""
+        while True:
+            await asyncio.sleep(RENEW_INTERVAL)
+            nodes = [n for n in self.nodes.values() if n.actor is not None]
+            answers = await asyncio.gather(*(n.actor.renew.remote(self.holder, self.keep.ttl) for n in nodes),
+                                           return_exceptions=True)
+            for node, held in zip(nodes, answers):
+                if held is False and node.channel is not None:
+                    node.channel.lost(LeaseLost(f"the lease of {self.holder} expired and another run took it"))
+
     async def close(self) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
-            await asyncio.gather(self._refresher, return_exceptions=True)
+        for task in (self._refresher, self._renewer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         nodes = [n for n in self.nodes.values() if n.actor is not None]
         self.transfers = transfer_summary(await self.broadcast("transfers"))
 
         async def stop(node: Node) -> None:
+            if self.keep is not None:  # kept for the next run: what this run opened there closes, the process stays
+                try:
+                    await within(node.actor.release.remote(self.holder), 60)
+                    return
+                except Exception:  # noqa: BLE001 - dead or stuck: ended below like a run's own worker
+                    pass
             try:
                 await within(node.actor.shutdown.remote(), 60)
             except Exception:  # noqa: BLE001 - a dead worker's containers are reaped by label below

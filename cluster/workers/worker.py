@@ -67,16 +67,23 @@ class RolloutWorker(Mailbox):
         if node_id:
             os.environ[NODE_ENV] = node_id
         tune_gc()
-        self.source = source
         self.node_id = node_id
         self.ident = f"{socket.gethostname()}:{os.getpid()}"
+        self._bind(source, run_dir=run_dir, metrics_run=metrics_run)
+
+    def _bind(self, source: RolloutSource, *, run_dir: str | None, metrics_run: str | None,
+              holder: str | None = None) -> None:
+        """Everything of one run's: its source, directory, metrics tag, live rows, counts, model, pause gate, policy
+        version and a fresh mailbox (``holder``: the run whose calls it takes). A kept worker binds again for each
+        run that leases it (``cluster.workers.kept``), so nothing of the run before is left."""
+        self.source = source
         self.run_dir = run_dir
         self.policy_version: str | None = None
-        self.tracker = LiveTracker(node_id, self.ident)
+        self.tracker = LiveTracker(self.node_id, self.ident)
         self.finished = 0
         self._model: GatedModel | None = None
         self._gate: asyncio.Event | None = None
-        self._open_mailbox()
+        self._open_mailbox(holder)
         self.metrics: FarmMetrics | None = None
         if metrics_run is not None:  # inside Ray: the farm's metrics (cluster.workers.metrics), tagged with the run
             self.metrics = FarmMetrics(metrics_run)
@@ -146,6 +153,7 @@ class RolloutWorker(Mailbox):
     async def shutdown(self) -> None:
         """Close the model's connections, the source's gateway, the warm pools, and every container this process
         still tracks."""
+        await self._cancel_all()
         if self._model is not None:
             await self._model.aclose()
             self._model = None
