@@ -10,6 +10,7 @@ import threading
 from cluster.cli.parser import HelpParser, config_failure
 from cluster.gym.server import build, deploy, open_model, prepared
 from envs.resources.serving import BackgroundServer
+from rollout.access import listening_line
 from rollout.config.load import load_config
 from rollout.errors import ConfigError
 
@@ -34,11 +35,15 @@ def serve_main(argv: list[str]) -> int:
         _, settings = prepared(raw)
     except ConfigError as exc:
         return config_failure(exc)
+    generated = settings.token is not None and not gym.get("token")
+    if settings.token is not None:
+        gym["token"] = settings.token  # the same one when the replica (or build below) prepares the config again
     stop = threading.Event()
     if settings.serve:
         assembly = open_model(raw, args.address)
         url = deploy(assembly, raw, settings)
         print(url, flush=True)
+        _say_access(url, settings.token, generated)
         _wait(stop)
         assembly.stop_ingress()
         assembly.stop_model()
@@ -46,12 +51,18 @@ def serve_main(argv: list[str]) -> int:
     farm, app = build(raw)
     server = BackgroundServer(app, settings.host, settings.port).start()
     print(server.url, flush=True)
+    _say_access(server.url, settings.token, generated)
     try:
         _wait(stop)
     finally:
         server.stop()
         farm.close()
     return 0
+
+
+def _say_access(url: str, token: str | None, generated: bool) -> None:
+    print(listening_line("the agent server", url, token, generated=generated, field="gym.token"), file=sys.stderr,
+          flush=True)
 
 
 def _wait(stop: threading.Event) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from envs.registry import ENVIRONMENTS
+from rollout.access import checked_token
 from rollout.config.load import StrictModel
 from rollout.errors import ConfigError
 from rollout.protocols import EnvironmentCapabilities, declared
@@ -18,6 +19,10 @@ class GymSection(StrictModel):
     """Where the agent server listens (``rollout gym serve``); 0.0.0.0 to be reachable from other machines."""
     port: int = Field(default=8000, ge=0, le=65535)
     """Its port (0: any free port)."""
+    token: str | None = Field(default=None, repr=False)
+    """The bearer token every request needs when ``host`` is not loopback (``Authorization: Bearer <token>``;
+    ``/health`` stays open and says only ``ok``); None: one is generated at start and printed once. On 127.0.0.1 none
+    is needed unless one is set here. The mounted gateway's routes need it too."""
     max_concurrent_episodes: int | None = Field(default=256, ge=1)
     """Episodes run at once; more wait up to ``queue_timeout`` for a place (None: no limit)."""
     queue_timeout: float = Field(default=600.0, gt=0)
@@ -39,6 +44,11 @@ class GymSection(StrictModel):
     gateway: str | None = None
     """Upstream OpenAI-compatible base URL for the per-rollout model gateway (``/rollouts/<id>/v1``); None: the
     run's model URL when it has one, else no gateway."""
+
+    @field_validator("token")
+    @classmethod
+    def _usable_token(cls, token: str | None) -> str | None:
+        return checked_token(token)
 
 
 def closes_sessions(section: Any) -> bool:

@@ -15,6 +15,10 @@ Routes:
   (``speaks_responses_api = False``: the Mini SWE agent, as NeMo Gym's).
 - ``GET /health``; the per-rollout model gateway's routes when one is configured.
 
+Access: with a token (``gym.token``, or the one generated when ``gym.host`` is not loopback) every route but
+``/health`` answers 401 to a request without ``Authorization: Bearer <token>`` (``rollout.access.AccessGuard``);
+``/health`` then says only ``{"status": "ok"}``.
+
 Limits: ``max_concurrent_episodes`` (the rest wait up to ``queue_timeout``), ``episode_timeout`` (the farm's
 deadline for the call: retries included), ``max_body_bytes`` (413 while a larger body arrives). A Responses field of
 the wrong type is refused before any work (422 naming it). A client that disconnects ends its episode: cancelled on
@@ -28,6 +32,7 @@ from typing import Any
 from cluster.config.gym_section import GymSection
 from cluster.gym.request_guards import BodyLimit, ClientGone, while_connected
 from cluster.gym.rows import RowError, episode_reply, episode_task, failure_of, legacy_task, verify_reply
+from rollout.access import AccessGuard
 from rollout.protocols import AgentCapabilities, declared
 from rollout.records import RolloutResult, Task
 from rollout.waits import within
@@ -86,6 +91,10 @@ class EpisodeRunner:
         return results[0]
 
 
+OPEN_PATHS = ("/health",)
+"""Routes that answer without the token (a load balancer's probe)."""
+
+
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Any:
     """``body`` as JSON, encoded by pydantic-core (a /run reply with its logprobs: 75 µs vs the json module's 277)."""
     from pydantic_core import to_json
@@ -113,10 +122,11 @@ def build_app(runner: EpisodeRunner, gateway: Any = None) -> Any:
     admission = Admission(settings.max_concurrent_episodes, settings.queue_timeout)
     app = FastAPI(title="rollout-farm agent server")
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(AccessGuard, token=settings.token, service="the agent server", open_paths=OPEN_PATHS)
 
     @app.get("/health")
-    async def health() -> Any:
-        return {"status": "ok", "waiting": admission.waiting}
+    async def health() -> Any:  # open to anyone when a token guards the rest: it reveals nothing then
+        return {"status": "ok"} if settings.token else {"status": "ok", "waiting": admission.waiting}
 
     @app.post("/run")
     async def run(request: Request) -> Any:

@@ -19,14 +19,17 @@ from cluster.config import ServeSection
 from cluster.config.gym_section import GymSection, give_cleanup_timeout
 from cluster.farm.rollout_farm import RolloutFarm
 from cluster.gym.agent_app import EpisodeRunner, build_app
+from rollout.access import token_for
 from rollout.config.load import validate
 
 
 def prepared(raw: dict[str, Any]) -> tuple[dict[str, Any], GymSection]:
     """The run config with the gym section's cleanup timeout given to its resources environments, and the
-    section. Needs no dataset."""
+    section, its token the one the server requires (``gym.token``; generated here when ``gym.host`` is not
+    loopback and none is set: keep it in ``raw["gym"]`` for the next call). Needs no dataset."""
     raw = copy.deepcopy(raw)
     settings = validate(GymSection, raw.pop("gym", None) or {}, prefix="gym")
+    settings = settings.model_copy(update={"token": token_for(settings.host, settings.token)})
     raw.setdefault("dataset", {"path": "-"})
     give_cleanup_timeout(raw, settings.cleanup_timeout)
     return raw, settings
@@ -92,4 +95,6 @@ def open_model(raw: dict[str, Any], address: str | None) -> FarmAssembly:
         raw.pop("serve", None)
         model = {k: v for k, v in model.items() if k != "serve"}
         raw["model"] = {**model, "base_url": served.base_url, "model": served.model_id}
+        if served.api_key:  # the key of the model's face (serve.api_key, or generated): the replica's client sends it
+            raw["model"]["api_key"] = served.api_key
     return assembly

@@ -18,16 +18,19 @@ from cluster.serving.controls import ModelControls
 from cluster.serving.kinds import app_for
 from cluster.session.ray_private import head_node_address, kv_del, kv_get, kv_put, serve_http_config
 from cluster.session.serve_instance import quiet_reconnects, start_serve
+from rollout.access import is_loopback, listening_line
 
 
 @dataclass
 class ServedModel:
-    """A model the run talks to: its API root, its served name, and whether this process deployed it."""
+    """A model the run talks to: its API root, its served name, whether this process deployed it, and the key its
+    HTTP face requires (None: none)."""
 
     base_url: str
     model_id: str
     section: ServeSection
     deployed: bool = False
+    api_key: str | None = None
 
     @property
     def root_url(self) -> str:
@@ -50,13 +53,20 @@ class ServedModel:
             self.deployed = False
 
 
-def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None) -> Any:
-    """The Serve application ``section`` describes (its kind builds it; ``app: endpoint`` has none)."""
+def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None, token: str | None = None) -> Any:
+    """The Serve application ``section`` describes (its kind builds it; ``app: endpoint`` has none); ``token``: the
+    key its HTTP face requires (None: none)."""
     from cluster.serving.router import router_options  # it imports ray at its top (its router is Ray's)
 
     options = {**router_options(section.router, section.session_ttl), **section.num_replicas_options()}
     options.setdefault("logging_config", {"log_level": section.log_level, "enable_access_log": False})
-    return app_for(section).build(section, model_id, options, dataset=dataset)
+    return app_for(section).build(section, model_id, options, dataset=dataset, token=token)
+
+
+def face_key(section: ServeSection) -> str | None:
+    """The key the application's HTTP face requires: ``serve.api_key`` if set, else the section's generated one when
+    Serve's proxies listen beyond loopback (as started, here or before), else None."""
+    return section.key() if section.api_key or not is_loopback(serve_http_config().host) else None
 
 
 def start(section: ServeSection, model_id: str, *, base_url: str | None = None, dataset: str | None = None,
@@ -76,50 +86,65 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
     asked = {name: getattr(section, name) for name in ("host", "port") if name in section.model_fields_set}
     start_serve(host, section.port or free_port(host), asked=asked, logging_config=quiet, out=out)
     root = proxy_url(remote)
-    mark = fingerprint(section, model_id, dataset)
-    standing = standing_app(section, model_id, mark, root, out)
+    token = face_key(section)
+    mark = fingerprint(section, model_id, dataset, token)
+    standing = standing_app(section, model_id, mark, root, out, token)
     if standing is not None:
         return standing
-    app = build_app(section, model_id, dataset=dataset)
+    app = build_app(section, model_id, dataset=dataset, token=token)
     wait_deleted(section.name, section.ready_timeout)
     t0 = time.perf_counter()
     print(f"serve: deploying {section.app} application {section.name!r} ({model_id})", file=out, flush=True)
     deploy(app, section)
-    served = ServedModel(root + section.route_prefix.rstrip("/") + "/v1", model_id, section, deployed=True)
+    served = ServedModel(root + section.route_prefix.rstrip("/") + "/v1", model_id, section, deployed=True,
+                         api_key=token)
     try:
-        wait_ready(served.base_url, model_id, section.ready_timeout, app_name=section.name)
+        wait_ready(served.base_url, model_id, section.ready_timeout, app_name=section.name, token=token)
     except BaseException:
         served.stop()
         raise
     print(f"serve: {section.name!r} answers at {served.base_url} after {time.perf_counter() - t0:.1f}s",
           file=out, flush=True)
+    say_access(served, out)
     kv_put(FINGERPRINTS + section.name, mark.encode())
     return served
+
+
+def say_access(served: ServedModel, out: TextIO) -> None:
+    """The one line on where the model's face listens and the key it needs."""
+    line = listening_line(f"serve: the model {served.model_id!r}", served.base_url, served.api_key,
+                          generated=served.section.api_key is None, field="serve.api_key")
+    print(line, file=out, flush=True)
 
 
 FINGERPRINTS = "rollout-farm/serve-fingerprint/"
 """Ray KV keys: what each application this project deployed was deployed from (``fingerprint``)."""
 
 
-def fingerprint(section: ServeSection, model_id: str, dataset: str | None = None) -> str:
-    """What an application's answers depend on: its kind, model, engine and deployment options, policy (not how
-    long to wait for it, nor whether to keep it)."""
+def fingerprint(section: ServeSection, model_id: str, dataset: str | None = None, token: str | None = None) -> str:
+    """What an application's answers depend on: its kind, model, engine and deployment options, policy, and the key
+    its face requires (not how long to wait for it, nor whether to keep it). A generated key is this process's own:
+    a later run reuses a kept application only when its key is configured (``serve.api_key``) or none is needed."""
     fields = section.model_dump(exclude={"keep", "ready_timeout", "log_level"})
-    return hashlib.sha256(json.dumps([fields, model_id, dataset], sort_keys=True, default=str).encode()).hexdigest()
+    parts = [fields, model_id, dataset] + ([token] if token is not None else [])
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def standing_app(section: ServeSection, model_id: str, mark: str, root: str, out: TextIO) -> ServedModel | None:
+def standing_app(section: ServeSection, model_id: str, mark: str, root: str, out: TextIO,
+                 token: str | None = None) -> ServedModel | None:
     """The application already running on a standing cluster from the same fingerprint (a run before kept it,
     ``serve.keep``), reused instead of redeployed; None when there is none, or it differs, or it does not answer."""
     if app_status(section.name)[0] != "RUNNING" or kv_get(FINGERPRINTS + section.name) != mark.encode():
         return None
-    served = ServedModel(root + section.route_prefix.rstrip("/") + "/v1", model_id, section, deployed=True)
+    served = ServedModel(root + section.route_prefix.rstrip("/") + "/v1", model_id, section, deployed=True,
+                         api_key=token)
     try:
-        wait_ready(served.base_url, model_id, 30.0, app_name=section.name)
+        wait_ready(served.base_url, model_id, 30.0, app_name=section.name, token=token)
     except (TimeoutError, RuntimeError):
         return None  # redeployed below
     print(f"serve: {section.name!r} is already running from the same model, options and policy: reused at "
           f"{served.base_url}", file=out, flush=True)
+    say_access(served, out)
     return served
 
 
@@ -187,15 +212,19 @@ def wait_deleted(name: str, timeout: float) -> None:
     raise TimeoutError(f"the Serve application {name!r} of an earlier run was still being deleted after {timeout:g}s")
 
 
-def wait_ready(base_url: str, model_id: str, timeout: float, app_name: str | None = None) -> None:
-    """Poll ``GET {base_url}/models`` until it lists ``model_id`` and application ``app_name`` (if given) is RUNNING
-    (every replica up: a router that saw one replica would put every first session on it); ``TimeoutError`` naming
-    the last answer, a ``RuntimeError`` with Serve's message as soon as the application failed to deploy."""
+def wait_ready(base_url: str, model_id: str, timeout: float, app_name: str | None = None,
+               token: str | None = None) -> None:
+    """Poll ``GET {base_url}/models`` (with ``token``, the face's key) until it lists ``model_id`` and application
+    ``app_name`` (if given) is RUNNING (every replica up: a router that saw one replica would put every first session
+    on it); ``TimeoutError`` naming the last answer, a ``RuntimeError`` with Serve's message as soon as the
+    application failed to deploy."""
     deadline, last, pause = time.monotonic() + timeout, "no answer yet", 0.05
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     while time.monotonic() < deadline:
         listed = False
         try:
-            with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
+            with urllib.request.urlopen(urllib.request.Request(base_url + "/models", headers=headers),
+                                        timeout=10) as reply:
                 body = reply.read().decode()
             listed = f'"{model_id}"' in body
             last = "answering; not every replica is up yet" if listed else \

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from cluster.serving.kinds import app_for, app_names
+from rollout.access import checked_token, new_token
 from rollout.config.load import StrictModel
 
 DEFAULT_MAX_ONGOING_REQUESTS = 64
@@ -30,6 +31,11 @@ class ServeSection(StrictModel):
     """Interface of Serve's HTTP proxy (when this process starts Serve; a running Serve keeps its own)."""
     port: int = Field(default=0, ge=0, le=65535)
     """Port of Serve's HTTP proxy; 0 picks a free one (``rollout serve`` defaults to 8000)."""
+    api_key: str | None = Field(default=None, repr=False)
+    """The key the model's HTTP face requires (``Authorization: Bearer <api_key>``, as OpenAI's) when Serve's proxy
+    listens beyond loopback (``host``, or a run that spans machines); None: one is generated at start and printed
+    once. Set here, it is required on loopback too. The run's own client is given it (``model.api_key``); a client
+    elsewhere sets it as its ``api_key`` / ``OPENAI_API_KEY``. Calls through a ``DeploymentHandle`` need none."""
     route_prefix: str = Field(default="/", pattern=r"^/[A-Za-z0-9._~/-]*$")
     """Where the application's routes start on Serve's proxy (several applications on one cluster need their own);
     the base URL is ``http://host:port{route_prefix}/v1``."""
@@ -92,6 +98,22 @@ class ServeSection(StrictModel):
     # app: endpoint
     base_url: str | None = None
     """The endpoint's API root (``.../v1``); default the ``model`` section's ``base_url``."""
+
+    _generated_key: str | None = PrivateAttr(default=None)
+
+    @field_validator("api_key")
+    @classmethod
+    def _usable_key(cls, key: str | None) -> str | None:
+        return checked_token(key)
+
+    def key(self) -> str:
+        """``api_key``, else the one generated for this section in this process (the same on every call: the run's
+        client and the face it calls get the same one)."""
+        if self.api_key:
+            return self.api_key
+        if self._generated_key is None:
+            self._generated_key = new_token()
+        return self._generated_key
 
     @field_validator("app")
     @classmethod

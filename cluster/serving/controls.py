@@ -87,8 +87,11 @@ class EngineControls(ModelControls):
     per engine, options in the query string)."""
 
     def __init__(self, roots: Sequence[str] | Any, model_id: str, *, flavour: Literal["serve_llm", "vllm"],
-                 cpu: bool = False, timeout: float = 600.0):
+                 cpu: bool = False, timeout: float = 600.0, api_key: str | None = None):
         self._roots, self.model_id, self.flavour, self.cpu, self.timeout = roots, model_id, flavour, cpu, timeout
+        self.headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key
+                                                                else {})}
+        """Sent with every call: the key of the model's HTTP face when it has one."""
 
     def roots(self) -> list[str]:
         return list(self._roots() if callable(self._roots) else self._roots)
@@ -96,7 +99,7 @@ class EngineControls(ModelControls):
     def _post(self, path: str, body: dict[str, Any] | None = None, query: str = "") -> None:
         for root in self.roots():
             request = urllib.request.Request(f"{root}{path}{query}", data=json.dumps(body or {}).encode(),
-                                             headers={"Content-Type": "application/json"}, method="POST")
+                                             headers=self.headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as reply:
                     reply.read()

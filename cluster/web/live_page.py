@@ -8,9 +8,7 @@ Bound to 127.0.0.1 unless told otherwise. Bound to anything else it needs a toke
 
 from __future__ import annotations
 
-import hmac
 import mimetypes
-import secrets
 import socket
 import threading
 from dataclasses import dataclass
@@ -20,10 +18,9 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
 from cluster.web.live_state import RunView, dumps
+from rollout.access import HOW_TO_PASS, allowed, presented, token_for
 
 STATIC = Path(__file__).resolve().parent / "static"
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-TOKEN_HEADER = "X-Rollout-Token"
 SAMPLE_INTERVAL = 1.0
 """Seconds between the history samples the server takes for the charts (pages poll as often)."""
 
@@ -55,8 +52,7 @@ def start_for_run(run_dir: str | Path, host: str = "127.0.0.1", port: int = 0, t
     """Serve ``run_dir``'s live page on ``host:port`` (port 0: any free one) from now on; returns at once.
     A host other than 127.0.0.1/localhost/::1 requires ``token`` (generated when None). Raises OSError when the
     address cannot be bound."""
-    if host not in LOCAL_HOSTS and not token:
-        token = secrets.token_urlsafe(18)
+    token = token_for(host, token)  # rollout.access: the rule every service the farm listens with follows
     view = RunView(run_dir, stall=stall)
     server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
     server = server_class((host, port), _handler(view, token))
@@ -109,8 +105,8 @@ def _handler(view: RunView, token: str | None) -> type[BaseHTTPRequestHandler]:
             if path not in ("/", "/index.html", "/api/state"):
                 return self._send(404, b"not found\n", "text/plain")
             if not self._authorized(parts.query):
-                return self._send(401, b"this page needs its token: open the URL with ?token=... that was printed "
-                                       b"when it started\n", "text/plain")
+                return self._send(401, f"this page needs its token: open the URL with ?token=... that was printed "
+                                       f"when it started, or {HOW_TO_PASS}\n".encode(), "text/plain")
             if path == "/api/state":
                 try:
                     return self._send(200, dumps(view.state()), "application/json")
@@ -119,13 +115,7 @@ def _handler(view: RunView, token: str | None) -> type[BaseHTTPRequestHandler]:
             return self._send(200, (STATIC / "index.html").read_bytes(), "text/html; charset=utf-8")
 
         def _authorized(self, query: str) -> bool:
-            if not token:
-                return True
-            given = parse_qs(query).get("token", [""])[0] or self.headers.get(TOKEN_HEADER, "")
-            bearer = self.headers.get("Authorization", "")
-            if not given and bearer.startswith("Bearer "):
-                given = bearer[len("Bearer "):]
-            return hmac.compare_digest(given.encode(), token.encode())
+            return allowed(presented(self.headers.get, parse_qs(query).get("token", [""])[0]), token)
 
         def _send(self, code: int, body: bytes, kind: str, cache: bool = False) -> None:
             self.send_response(code)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from cluster.serving.controls import EndpointControls, ModelControls
+from rollout.access import allowed, presented, refusal_body
 from rollout.protocols import Model
 from rollout.records import Task
 
@@ -39,8 +40,9 @@ class ServeApp:
         return num_cpus
 
     def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
-              dataset: str | None = None) -> Any:
-        """The Serve application (``options``: the section's deployment options, router included)."""
+              dataset: str | None = None, token: str | None = None) -> Any:
+        """The Serve application (``options``: the section's deployment options, router included); ``token``: the
+        key its HTTP face requires (``refused`` answers the rest), None for none."""
         raise ValueError(f"serve.app {section.app!r} deploys nothing")
 
     def url(self, section: ServeSection, base_url: str | None) -> str:
@@ -58,7 +60,10 @@ class ServeApp:
         """The farm closes: forget what ``post_tasks`` posted (blocking)."""
 
     def model_overrides(self, section: ServeSection, model_config: BaseModel) -> dict[str, Any]:
-        """Fields of the client's model config this kind sets (a client without them gets none)."""
+        """Fields of the client's model config this kind sets (a client without them gets none): a kind that deploys
+        gives the client the key of its face (``ServeSection.key``; a face on loopback ignores it)."""
+        if self.deploys and "api_key" in type(model_config).model_fields:
+            return {"api_key": section.key()}
         return {}
 
     def inside_model(self, section: ServeSection, model: Any) -> Model | None:
@@ -70,6 +75,16 @@ class ServeApp:
         """The in-process scripted server section that plays this kind without Ray (``farm.backend: local``), or
         None when only a Serve deployment can serve it."""
         return None
+
+
+def refused(request: Any, token: str | None) -> Any:
+    """A replica's 401 for a request (Starlette's) that does not carry ``token`` (``rollout.access``), or None when it
+    may pass: the check every kind's own HTTP entry makes (``vllm``'s ingress runs it as ``AccessGuard``)."""
+    if allowed(presented(request.headers.get), token):
+        return None
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(refusal_body("the model's HTTP face"), status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
 
 def app_path(request: Any) -> str:

@@ -7,7 +7,9 @@ conversation, so any replica can answer any turn. The routes are the scripted se
 (``cluster.serving.scripted_server.routes``): ``POST /v1/chat/completions`` (faults included; ``stream: true``
 answered as a streaming response of server-sent events), ``POST /v1/completions``, ``GET /v1/models``,
 ``GET /v1/models/{id}``, ``GET /health``, ``POST /v1/sessions/release``; anything else is an OpenAI-shaped 404.
-Every reply names its replica in ``x-serve-replica`` (routing tests and ``bench_serve`` read it).
+Every reply names its replica in ``x-serve-replica`` (routing tests and ``bench_serve`` read it). With a key
+(``serve.api_key``, or the one generated when Serve's proxy listens beyond loopback) a request through the proxy
+without ``Authorization: Bearer <key>`` is a 401; a call through a ``DeploymentHandle`` needs none.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from cluster.serving.apps import ServedModel
 from cluster.serving.config import ServeSection
 from cluster.serving.controls import ScriptedControls
 from cluster.serving.handle_model import HandleModel
-from cluster.serving.kinds.base import ServeApp, app_path
+from cluster.serving.kinds.base import ServeApp, app_path, refused
 from cluster.serving.scripted_server.config import FaultsConfig, ScriptedServerConfig
 from cluster.serving.scripted_server.routes import ScriptedRoutes
 from cluster.serving.task_board import BoardTasks, clear_tasks, post_tasks
@@ -34,9 +36,11 @@ DEPLOYMENT = "ScriptedPolicyServer"
 
 
 class ScriptedPolicyServer:
-    def __init__(self, server_config: dict[str, Any]):
+    def __init__(self, server_config: dict[str, Any], token: str | None = None):
         from ray import serve
 
+        self.token = token
+        """The key a request through Serve's HTTP proxy needs (None: none); ``post`` (a handle's call) needs none."""
         self.server = ScriptedRoutes(ScriptedServerConfig.model_validate(server_config))
         context = serve.get_replica_context()
         self.replica = context.replica_id.unique_id
@@ -46,6 +50,9 @@ class ScriptedPolicyServer:
     async def __call__(self, request: Any) -> Any:
         from starlette.responses import Response, StreamingResponse
 
+        refusal = refused(request, self.token)
+        if refusal is not None:
+            return refusal
         reply = await self.server.route(request.method, app_path(request), await request.body(),
                                         request.headers.get("x-rollout-id", ""))
         headers = {**(reply.headers or {}), "x-serve-replica": self.replica}
@@ -68,13 +75,13 @@ async def _each(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def build(server_config: dict[str, Any], options: dict[str, Any]) -> Any:
+def build(server_config: dict[str, Any], options: dict[str, Any], token: str | None = None) -> Any:
     """The Serve application: ``server_config`` is a ``ScriptedServerConfig``'s fields, ``options`` deployment
-    options."""
+    options, ``token`` the key its HTTP face requires (None: none)."""
     from ray import serve
 
     deployment = serve.deployment(ScriptedPolicyServer, name=DEPLOYMENT)
-    return deployment.options(**options).bind(server_config)
+    return deployment.options(**options).bind(server_config, token)
 
 
 class ScriptedApp(ServeApp):
@@ -88,11 +95,11 @@ class ScriptedApp(ServeApp):
         POLICIES.load(section.policy, field="serve.policy")
 
     def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
-              dataset: str | None = None) -> Any:
+              dataset: str | None = None, token: str | None = None) -> Any:
         options.setdefault("ray_actor_options", {}).setdefault("num_cpus", 0)  # the policy takes no rollout's CPU
         server_config = {"policy": POLICIES.resolve(section.policy), "latency": section.latency,
                          "faults": section.faults, "dataset": dataset, "model": model_id, "check_model": True}
-        return build(server_config, options)
+        return build(server_config, options, token)
 
     def controls(self, served: ServedModel) -> ScriptedControls:
         return ScriptedControls()
@@ -105,7 +112,7 @@ class ScriptedApp(ServeApp):
 
     def model_overrides(self, section: ServeSection, model_config: BaseModel) -> dict[str, Any]:
         # the sticky router frees a rollout's replica when told the rollout ended
-        return {"release_sessions": section.router == "sticky"}
+        return {**super().model_overrides(section, model_config), "release_sessions": section.router == "sticky"}
 
     def inside_model(self, section: ServeSection, model: Any) -> HandleModel | None:
         # A Ray process skips the proxy: the replicas' ``post`` through a handle (the chat client's calls only; a

@@ -46,15 +46,16 @@ def llm_config_fields(section: ServeSection, model_id: str, options: dict[str, A
     return fields
 
 
-def build(section: ServeSection, model_id: str, options: dict[str, Any]) -> Any:
+def build(section: ServeSection, model_id: str, options: dict[str, Any], token: str | None = None) -> Any:
     """Ray's OpenAI app plus vLLM's token-in route, ``/inference/v1/generate`` (``cluster.serving.generate_route``);
     with ``controls`` (the default), Ray's development ingress: also /pause, /resume, /reset_prefix_cache, /sleep,
-    /wakeup, /collective_rpc and /update_weight_version, which ``cluster.serving.controls`` drives."""
+    /wakeup, /collective_rpc and /update_weight_version, which ``cluster.serving.controls`` drives. With ``token``,
+    every route of the ingress needs it (``Authorization: Bearer``)."""
     from ray.serve.llm import LLMConfig
 
     from cluster.serving.generate_route import build_app  # it imports Starlette (the serve extra) at its top
 
-    return build_app(LLMConfig(**llm_config_fields(section, model_id, options)), section.controls)
+    return build_app(LLMConfig(**llm_config_fields(section, model_id, options)), section.controls, token)
 
 
 class VllmApp(ServeApp):
@@ -76,18 +77,20 @@ class VllmApp(ServeApp):
         return num_cpus if num_cpus is not None else max(MIN_VLLM_CPUS, os.cpu_count() or 1)
 
     def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
-              dataset: str | None = None) -> Any:
-        return build(section, model_id, options)
+              dataset: str | None = None, token: str | None = None) -> Any:
+        return build(section, model_id, options, token)
 
     def controls(self, served: ServedModel) -> ModelControls:
         if not served.section.controls:
             return EndpointControls()
-        return EngineControls([served.root_url], served.model_id, flavour="serve_llm", cpu=served.section.cpu)
+        return EngineControls([served.root_url], served.model_id, flavour="serve_llm", cpu=served.section.cpu,
+                              api_key=served.api_key)
 
     def model_overrides(self, section: ServeSection, model_config: BaseModel) -> dict[str, Any]:
         # vLLM salts its prefix cache per policy version; Ray Serve LLM's /tokenize is broken with vLLM 0.32, so
         # token-in mode renders with the model's own tokenizer
-        overrides: dict[str, Any] = {"release_sessions": False, "cache_salt": True}
+        overrides: dict[str, Any] = {**super().model_overrides(section, model_config), "release_sessions": False,
+                                     "cache_salt": True}
         if not isinstance(model_config, OpenAIModelConfig) or not model_config.tokenizer:
             overrides["tokenizer"] = section.model_source
         return overrides

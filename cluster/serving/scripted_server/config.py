@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from rollout.access import checked_token
 from rollout.config.load import StrictModel
 from rollout.models.scripted import Output
 
@@ -38,6 +39,13 @@ class ScriptedServerConfig(StrictModel):
     """Interface to listen on."""
     port: int = Field(default=0, ge=0, le=65535)
     """TCP port; 0 picks a free one (read it from ``ScriptedServer.url``)."""
+    token: str | None = Field(default=None, repr=False)
+    """The bearer token every request needs (``Authorization: Bearer <token>``: a client's ``api_key``), admin routes
+    included. None: none on a loopback ``host``; on any other, one generated at start (``ScriptedServer.token``,
+    printed once by ``rollout fake-server``)."""
+    open_beyond_loopback: bool = False
+    """Take requests without a token on a ``host`` other than loopback. Only for a run's own in-process server, whose
+    workers' client is given no key (``for_runs``); never from a config a user writes."""
     latency: float = Field(default=0.0, ge=0)
     """Seconds every completion takes, like a model's generation time."""
     policy: str | None = None
@@ -56,3 +64,8 @@ class ScriptedServerConfig(StrictModel):
     """Listen backlog: thousands of clients connect at once (the kernel may cap it at somaxconn)."""
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
     """Faults at start; replace at runtime with ``POST /admin/faults``."""
+
+    @field_validator("token")
+    @classmethod
+    def _usable_token(cls, token: str | None) -> str | None:
+        return checked_token(token)

@@ -1,7 +1,9 @@
 """The scripted policy over HTTP in the driver's process, for a run or a farm whose scripted ``serve`` section is
 played here (``serve.in_process``, or the local backend; ``cluster.assembly`` starts it): one starter for both. On
 127.0.0.1, unless the run joins a cluster: then on every interface, advertised with this node's address so
-workers on other nodes reach it."""
+workers on other nodes reach it. There it needs ``serve.api_key`` when one is set (the run's ``model.api_key`` must
+then be the same); without one it is open, since the composer gives a kind's client its fields (the key among them,
+``ServeApp.model_overrides``) only for a section deployed on Serve."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ async def start_demo_server(section: ServeSection, *, dataset: str | Path | None
         "policy": POLICIES.resolve(section.policy), "latency": section.latency, "faults": section.faults,
         "dataset": str(dataset) if dataset is not None else None, "host": "0.0.0.0" if remote else "127.0.0.1",
         "check_model": False,  # the run's model section names the model as it likes; only the run calls it
+        "token": section.api_key, "open_beyond_loopback": True,
     }, prefix="serve")
     server = await start_scripted_server(config)
     if remote:

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible server over a ScriptedModel, with fault injection: the routes of ``routes`` over
 aiohttp, plus ``GET|POST /admin/faults`` (read / replace the faults; replacing resets their counters) and
 ``GET|DELETE /admin/stats`` (request counters by status, in-flight high-water mark; DELETE resets).
-Streamed replies are written event by event.
+Streamed replies are written event by event. With a token (``token``, or generated on a host other than loopback)
+every route answers 401 to a request without ``Authorization: Bearer <token>`` (``rollout.access``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 from cluster.serving.scripted_server.api import Reply
 from cluster.serving.scripted_server.config import FaultsConfig, ScriptedServerConfig
 from cluster.serving.scripted_server.routes import ScriptedRoutes
+from rollout.access import allowed, listening_line, presented, refusal_body, token_for
 from rollout.config.load import config_error
 from rollout.gc_tuning import tune_gc
 from rollout.models.scripted import ScriptedModel
@@ -34,10 +36,16 @@ class ScriptedServer(ScriptedRoutes):
         self.url = self.root_url = ""
         """``http://host:port/v1`` for clients; ``root_url`` (no /v1) for /health and /admin."""
         self._runner: web.AppRunner | None = None
+        open_wide = config.open_beyond_loopback
+        self.token = config.token if open_wide else token_for(config.host, config.token)
+        """The token every request needs, None for none: ``config.token``, else one generated on a host other than
+        loopback."""
+        self.token_generated = self.token is not None and not config.token
+        """Whether ``token`` was generated here (so it is said once, at start)."""
 
     async def start(self) -> "ScriptedServer":
         raise_open_file_limit()
-        app = web.Application()
+        app = web.Application(middlewares=[self._guard] if self.token else [])
         app.router.add_get("/admin/faults", _get(lambda: self.faults.model_dump()))
         app.router.add_post("/admin/faults", self._set_faults)
         app.router.add_get("/admin/stats", _get(self.stats_json))
@@ -54,6 +62,13 @@ class ScriptedServer(ScriptedRoutes):
         self.root_url = f"http://{self.config.host}:{port}"
         self.url = self.root_url + "/v1"
         return self
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if allowed(presented(request.headers.get), self.token):
+            return await handler(request)
+        return web.json_response(refusal_body("the scripted server"), status=401,
+                                 headers={"WWW-Authenticate": "Bearer"})
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -137,6 +152,8 @@ def serve(config: ScriptedServerConfig | None = None) -> None:
     async def main() -> None:
         async with fake_server(config) as server:
             print(f"fake OpenAI-compatible server at {server.url}", flush=True)
+            print(listening_line("the scripted server", server.url, server.token, generated=server.token_generated,
+                                 field="token"), flush=True)
             await asyncio.Event().wait()
 
     with contextlib.suppress(KeyboardInterrupt):
