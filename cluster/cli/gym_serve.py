@@ -10,7 +10,7 @@ import threading
 from cluster.cli.parser import HelpParser, config_failure
 from cluster.gym.server import build, deploy, open_model, prepared
 from envs.resources.serving import BackgroundServer
-from rollout.access import listening_line
+from rollout.access import listening_line, new_token
 from rollout.config.load import load_config
 from rollout.errors import ConfigError
 
@@ -41,6 +41,11 @@ def serve_main(argv: list[str]) -> int:
     stop = threading.Event()
     if settings.serve:
         assembly = open_model(raw, args.address)
+        if settings.token is None and assembly.served is not None and assembly.served.api_key:
+            # the model's face needs a key: Serve's proxies, which the agent server shares, listen beyond loopback
+            # (or the config guards them): the agent server needs a token there too
+            settings = settings.model_copy(update={"token": new_token()})
+            gym["token"], generated = settings.token, True
         url = deploy(assembly, raw, settings)
         print(url, flush=True)
         _say_access(url, settings.token, generated)

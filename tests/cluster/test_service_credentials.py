@@ -278,6 +278,61 @@ def test_a_run_on_ray_reaches_its_face_off_loopback_through_the_proxy(wide_serve
     assert batch.rewards == [[1.0], [1.0]], batch.describe()
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_agent_server_on_serve_off_loopback_answers_only_with_its_token(wide_serve, netns, calc):
+    import time
+
+    from cluster.assembly import FarmAssembly
+    from cluster.gym.server import deploy, prepared
+    from envs.resources.calc_server import calc_rows
+
+    raw, settings = prepared({"model": {"type": "scripted", "policy": "calculator"},
+                              "agent": {"type": "tool_calling", "max_steps": 6},
+                              "environment": {"type": "resources", "url": calc.url},
+                              "gym": {"serve": True, "host": wide_serve, "port": 0, "route_prefix": "/gym"}})
+    assert settings.token
+    assembly = FarmAssembly(backend=None)
+    url = deploy(assembly, {**raw, "gym": {"token": settings.token}}, settings, name="credentials-gym")
+    try:
+        assert url.startswith(f"http://{wide_serve}:") and url.endswith("/gym")
+        deadline = time.monotonic() + 90
+        while netns.request(url + "/health")[0] != 200:  # open, below the route prefix too
+            assert time.monotonic() < deadline, "the agent server did not answer /health"
+            time.sleep(0.5)
+        reply = json.loads(assert_guarded(netns, url + "/run", settings.token, body=calc_rows(1, seed=4)[0]))
+        assert reply["reward"] == 1.0
+    finally:
+        assembly.stop_ingress()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_the_vllm_face_off_loopback_answers_only_with_its_key_its_controls_too(wide_serve, netns, vllm_available,
+                                                                                tmp_path_factory):
+    """Ray's own OpenAI ingress (its development one, with the control routes) behind the guard, on a real engine:
+    the tiny CPU model."""
+    from cluster.serving import apps
+    from cluster.serving.config import ServeSection
+    from cluster.serving.tiny_model import write_tiny_model
+
+    source = str(write_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=0))
+    section = ServeSection(app="vllm", name="credentials-vllm", host=wide_serve, model_source=source, cpu=True,
+                           engine_kwargs={"max_model_len": 512, "dtype": "float32"}, ready_timeout=600)
+    served = apps.start(section, "tiny", out=_Lines())
+    try:
+        assert served.api_key and served.base_url.startswith(f"http://{wide_serve}:")
+        assert_guarded(netns, served.base_url + "/models", served.api_key)
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        assert json.loads(assert_guarded(netns, served.base_url + "/chat/completions", served.api_key, body=body))
+        status, _ = netns.request(served.root_url + "/reset_prefix_cache", body={"model": "tiny"})
+        assert status == 401  # Ray's control routes too
+        served.controls().reset_prefix_cache()  # the controls send the key
+    finally:
+        served.stop()
+
+
 def _client_call(base_url: str, api_key: str):
     import asyncio
 
