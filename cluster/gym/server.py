@@ -21,6 +21,7 @@ from cluster.farm.rollout_farm import RolloutFarm
 from cluster.gym.agent_app import EpisodeRunner, build_app
 from rollout.access import token_for
 from rollout.config.load import validate
+from rollout.models.client.config import OpenAIModelConfig
 
 
 def prepared(raw: dict[str, Any]) -> tuple[dict[str, Any], GymSection]:
@@ -52,7 +53,9 @@ def _gateway(settings: GymSection, farm: RolloutFarm, raw: dict[str, Any]) -> An
         from cluster.gym.gateway import gateway_router  # aiohttp, the gateway's client: optional
     except ImportError:
         return None
-    return gateway_router(upstream)
+    model = farm.source.composer.model_component.config
+    own = settings.gateway is None and isinstance(model, OpenAIModelConfig)
+    return gateway_router(upstream, api_key=model.api_key if own else None)  # the run's model's face may need its key
 
 
 class AgentServerDeployment:

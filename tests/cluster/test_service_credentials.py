@@ -308,6 +308,32 @@ def test_the_agent_server_on_serve_off_loopback_answers_only_with_its_token(wide
 
 @pytest.mark.ray
 @pytest.mark.slow
+def test_the_agent_servers_gateway_calls_the_runs_model_with_its_key(wide_serve, calc):
+    """The agent server (on loopback: no token of its own) in front of a model whose face is beyond loopback: its
+    per-rollout gateway forwards with the face's key."""
+    import httpx
+
+    from cluster.gym.server import build
+    from envs.resources.serving import serve_in_thread as serve_app
+
+    raw = {"model": {"type": "openai", "model": "scripted", "max_retries": 0},
+           "serve": {"app": "scripted", "policy": "tool_user", "name": "credentials-gateway", "host": wide_serve,
+                     "handle_calls": False},
+           "agent": {"type": "tool_calling", "max_steps": 6},
+           "environment": {"type": "resources", "url": calc.url, "timeout": 10}, "farm": {"backend": "ray"}}
+    farm, app = build(raw)
+    try:
+        assert farm.source.base_url.startswith(f"http://{wide_serve}:")
+        with serve_app(app) as server:
+            chat = httpx.post(server.url + "/rollouts/r-1/v1/chat/completions", timeout=60, json={
+                "model": "scripted", "messages": [{"role": "user", "content": "Compute 2 + 3."}]})
+            assert chat.status_code == 200, chat.text
+    finally:
+        farm.close()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_the_vllm_face_off_loopback_answers_only_with_its_key_its_controls_too(wide_serve, netns, vllm_available,
                                                                                 tmp_path_factory):
