@@ -3,9 +3,11 @@ reaches, answers only with its token, and bound to 127.0.0.1 needs none.
 
 "Another machine" is a network namespace of this module's own (as root, with iproute2): a veth pair whose host end
 sits on a bridge of its own with the subnet's first address, which each service binds; the requests are sent from
-inside the namespace with curl. The live page, the scripted server, the agent server, and the model's HTTP face on
-Ray Serve (the scripted kind, and the guard Ray's vLLM ingress gets) are each asked without a token, with a wrong one
-and with the right one."""
+inside the namespace with curl. The live page, the scripted server, the agent server (in process and on Serve), and
+the model's HTTP face on Ray Serve (the scripted kind; Ray's vLLM ingress with its guard, on the tiny model) are each
+asked without a token, with a wrong one and with the right one; a run on Ray and the agent server's gateway reach a
+face beyond loopback with the key they were given. The Serve tests restart Serve on the bridge's address and shut it
+down after them (the next user starts it on 127.0.0.1 again)."""
 
 from __future__ import annotations
 
