@@ -5,13 +5,15 @@
 
 The process starts an embedded cluster (``ray.init(address="local")``: its own temp session, never one found on the
 machine), prints its GCS address and holds it until its stdin closes; then ``ray.shutdown()`` stops what it
-started. Only that cluster is stopped (by its process, never ``ray stop``). ``env``: this environment without
-``RAY_ADDRESS``, with ``RAY_AUTH_MODE=token`` (the CLI's joins need it under Ray's token authentication).
+started, the workers runs kept on it among them. Only that cluster is stopped (by its process, never ``ray stop``).
+``env``: this environment without ``RAY_ADDRESS``, with ``RAY_AUTH_MODE=token`` (the CLI's joins need it under Ray's
+token authentication); ``api_key``: a ``serve.api_key`` for the runs on it.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -33,6 +35,9 @@ class StandingCluster:
         self.address = ""
         self.env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
         self.env["RAY_AUTH_MODE"] = "token"
+        self.api_key = secrets.token_urlsafe(16)
+        """A ``serve.api_key`` for the runs on it: a later run reuses a kept model application only when its key is
+        configured (a generated one is its process's own)."""
         self._proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 120) -> "StandingCluster":
