@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """Addresses only this machine reaches: a service bound to one of them needs no token."""
@@ -56,9 +56,21 @@ def presented(header: Callable[[str], str | None], query_token: str | None = Non
     return given
 
 
-def allowed(given: str, token: str | None) -> bool:
+class Keys(Protocol):
+    """More than one token a service takes (a kept model application takes the key of each run that reuses it)."""
+
+    def accepts(self, given: str) -> bool:
+        """Whether ``given`` is one of them (compared in constant time)."""
+        ...
+
+
+def allowed(given: str, token: str | Keys | None) -> bool:
     """Whether a request that presented ``given`` may pass (no token required: always), in constant time."""
-    return token is None or hmac.compare_digest(given.encode(), token.encode())
+    if token is None:
+        return True
+    if isinstance(token, str):
+        return hmac.compare_digest(given.encode(), token.encode())
+    return token.accepts(given)
 
 
 def refusal(service: str) -> str:
@@ -79,7 +91,8 @@ class AccessGuard:
     """ASGI middleware: with a ``token``, an HTTP request that does not present it is answered 401 (JSON, OpenAI's
     error shape) before the app sees it; paths in ``open_paths`` pass (a health route that reveals nothing)."""
 
-    def __init__(self, app: Any, token: str | None, service: str = "this server", open_paths: Iterable[str] = ()):
+    def __init__(self, app: Any, token: str | Keys | None, service: str = "this server",
+                 open_paths: Iterable[str] = ()):
         self.app, self.token, self.service, self.open_paths = app, token, service, frozenset(open_paths)
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from cluster.serving.config import ServeSection
 from cluster.serving.controls import ModelControls
+from cluster.serving.face_keys import FaceKeys, admit, forget
 from cluster.serving.kinds import app_for
 from cluster.session.ray_private import head_node_address, kv_del, kv_get, kv_put, serve_http_config
 from cluster.session.serve_instance import quiet_reconnects, start_serve
@@ -48,19 +49,23 @@ class ServedModel:
             from ray import serve
 
             serve.delete(self.section.name, _blocking=wait)
+            forget(self.section.name)
             if not wait:  # a later call to the same controller returns once the delete has reached it: this
                 serve.status()  # process may disconnect next, and a request still in its send queue would be lost
             self.deployed = False
+        elif self.deployed and self.api_key:
+            forget(self.section.name, self.api_key)  # kept: a later run admits its own key
 
 
 def build_app(section: ServeSection, model_id: str, *, dataset: str | None = None, token: str | None = None) -> Any:
     """The Serve application ``section`` describes (its kind builds it; ``app: endpoint`` has none); ``token``: the
-    key its HTTP face requires (None: none)."""
+    key its HTTP face requires (None: none), and any a later run admits (``face_keys``)."""
     from cluster.serving.router import router_options  # it imports ray at its top (its router is Ray's)
 
     options = {**router_options(section.router, section.session_ttl), **section.num_replicas_options()}
     options.setdefault("logging_config", {"log_level": section.log_level, "enable_access_log": False})
-    return app_for(section).build(section, model_id, options, dataset=dataset, token=token)
+    keys = FaceKeys(section.name, token) if token is not None else None
+    return app_for(section).build(section, model_id, options, dataset=dataset, keys=keys)
 
 
 def face_key(section: ServeSection) -> str | None:
@@ -87,7 +92,9 @@ def start(section: ServeSection, model_id: str, *, base_url: str | None = None, 
     start_serve(host, section.port or free_port(host), asked=asked, logging_config=quiet, out=out)
     root = proxy_url(remote)
     token = face_key(section)
-    mark = fingerprint(section, model_id, dataset, token)
+    mark = fingerprint(section, model_id, dataset, keyed=token is not None)
+    if token is not None:
+        admit(section.name, token)  # a kept application takes it as it is; a new one from its start
     standing = standing_app(section, model_id, mark, root, out, token)
     if standing is not None:
         return standing
@@ -121,12 +128,12 @@ FINGERPRINTS = "rollout-farm/serve-fingerprint/"
 """Ray KV keys: what each application this project deployed was deployed from (``fingerprint``)."""
 
 
-def fingerprint(section: ServeSection, model_id: str, dataset: str | None = None, token: str | None = None) -> str:
-    """What an application's answers depend on: its kind, model, engine and deployment options, policy, and the key
-    its face requires (not how long to wait for it, nor whether to keep it). A generated key is this process's own:
-    a later run reuses a kept application only when its key is configured (``serve.api_key``) or none is needed."""
+def fingerprint(section: ServeSection, model_id: str, dataset: str | None = None, keyed: bool = False) -> str:
+    """What an application's answers depend on: its kind, model, engine and deployment options, policy, and whether
+    its face requires a key (not which: a later run's is admitted, ``face_keys``; nor how long to wait for it, nor
+    whether to keep it)."""
     fields = section.model_dump(exclude={"keep", "ready_timeout", "log_level"})
-    parts = [fields, model_id, dataset] + ([token] if token is not None else [])
+    parts = [fields, model_id, dataset] + (["keyed"] if keyed else [])
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from cluster.session import ray_private
-from rollout.access import AccessGuard
+from rollout.access import AccessGuard, Keys
 from rollout.wire.chat import error_body
 from rollout.wire.generate import GENERATE_PATH, with_placeholders
 
@@ -105,25 +105,25 @@ class GenerateIngress:
         return Response(status_code=200)
 
 
-def build_app(config: Any, controls: bool, token: str | None = None) -> Any:
+def build_app(config: Any, controls: bool, keys: str | Keys | None = None) -> Any:
     """The application for ``config`` (an ``LLMConfig``): Ray's (development, with ``controls``) OpenAI app plus
-    the generate route (and, with ``controls``, the weight-version route); with ``token``, every route of its
-    ingress (Ray's and ours) needs it."""
+    the generate route (and, with ``controls``, the weight-version route); with ``keys``, every route of its
+    ingress (Ray's and ours) needs one."""
     routes = {**ROUTES, **(CONTROL_ROUTES if controls else {})}
     return ray_private.extended_openai_app(config, controls=controls, server_mixin=Generate,
-                                           ingress_mixin=GenerateIngress, routes=guarded(routes, token))
+                                           ingress_mixin=GenerateIngress, routes=guarded(routes, keys))
 
 
-def guarded(routes: dict[str, Any], token: str | None) -> dict[str, Any]:
+def guarded(routes: dict[str, Any], keys: str | Keys | None) -> dict[str, Any]:
     """``routes`` whose first route, as Ray's ingress builder adds it to the ingress's FastAPI app, also puts
     ``AccessGuard`` in front of the whole app: the one hook into the app Ray builds for its ingress (the builder
     takes route factories, each handed the app, and no middleware), so Ray's own routes are guarded too."""
-    if token is None:
+    if keys is None:
         return routes
     name, first = next(iter(routes.items()))
 
     def guard_then_route(app: Any) -> Any:
-        app.add_middleware(AccessGuard, token=token, service="the model's HTTP face")
+        app.add_middleware(AccessGuard, token=keys, service="the model's HTTP face")
         return first(app)
 
     return {**routes, name: guard_then_route}

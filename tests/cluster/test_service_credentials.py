@@ -261,6 +261,31 @@ def test_the_scripted_face_off_loopback_answers_only_with_its_key_and_a_run_send
 
 @pytest.mark.ray
 @pytest.mark.slow
+def test_a_later_run_reusing_a_kept_face_gets_in_with_its_own_key_until_it_ends(wide_serve, netns):
+    import time
+
+    from cluster.serving import apps
+    from cluster.serving.config import ServeSection
+
+    fields = {"app": "scripted", "name": "credentials-kept", "route_prefix": "/kept", "host": wide_serve,
+              "policy": "demo", "keep": True}
+    first = apps.start(ServeSection(**fields), "scripted", out=_Lines())
+    try:
+        out = _Lines()
+        later = apps.start(ServeSection(**fields), "scripted", out=out)  # another run's process: another key
+        assert any("reused" in line for line in out.lines) and later.api_key != first.api_key
+        assert_guarded(netns, later.base_url + "/models", later.api_key)
+        later.stop()  # kept; its key withdrawn (a replica reads the store again a second later)
+        time.sleep(1.5)
+        assert netns.request(later.base_url + "/models", token=later.api_key)[0] == 401
+        assert netns.request(first.base_url + "/models", token=first.api_key)[0] == 200
+    finally:
+        first.section = first.section.model_copy(update={"keep": False})
+        first.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
 def test_a_run_on_ray_reaches_its_face_off_loopback_through_the_proxy(wide_serve):
     """The farm's workers call the model through Serve's proxy (``handle_calls: false``) on the bridge address: the
     composer gave their client the key the face was deployed with."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from cluster.serving.controls import EndpointControls, ModelControls
-from rollout.access import allowed, presented, refusal_body
+from rollout.access import Keys, allowed, presented, refusal_body
 from rollout.protocols import Model
 from rollout.records import Task
 
@@ -40,9 +40,9 @@ class ServeApp:
         return num_cpus
 
     def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
-              dataset: str | None = None, token: str | None = None) -> Any:
-        """The Serve application (``options``: the section's deployment options, router included); ``token``: the
-        key its HTTP face requires (``refused`` answers the rest), None for none."""
+              dataset: str | None = None, keys: Keys | None = None) -> Any:
+        """The Serve application (``options``: the section's deployment options, router included); ``keys``: what
+        its HTTP face requires (``refused`` answers the rest), None for nothing."""
         raise ValueError(f"serve.app {section.app!r} deploys nothing")
 
     def url(self, section: ServeSection, base_url: str | None) -> str:
@@ -77,10 +77,10 @@ class ServeApp:
         return None
 
 
-def refused(request: Any, token: str | None) -> Any:
-    """A replica's 401 for a request (Starlette's) that does not carry ``token`` (``rollout.access``), or None when it
+def refused(request: Any, keys: Keys | None) -> Any:
+    """A replica's 401 for a request (Starlette's) that carries none of ``keys`` (``rollout.access``), or None when it
     may pass: the check every kind's own HTTP entry makes (``vllm``'s ingress runs it as ``AccessGuard``)."""
-    if allowed(presented(request.headers.get), token):
+    if allowed(presented(request.headers.get), keys):
         return None
     from starlette.responses import JSONResponse
 

@@ -27,6 +27,7 @@ from cluster.serving.kinds.base import ServeApp, app_path, refused
 from cluster.serving.scripted_server.config import FaultsConfig, ScriptedServerConfig
 from cluster.serving.scripted_server.routes import ScriptedRoutes
 from cluster.serving.task_board import BoardTasks, clear_tasks, post_tasks
+from rollout.access import Keys
 from rollout.config.load import validate
 from rollout.models.client.model import OpenAIModel
 from rollout.records import Task
@@ -36,11 +37,12 @@ DEPLOYMENT = "ScriptedPolicyServer"
 
 
 class ScriptedPolicyServer:
-    def __init__(self, server_config: dict[str, Any], token: str | None = None):
+    def __init__(self, server_config: dict[str, Any], keys: Keys | None = None):
         from ray import serve
 
-        self.token = token
-        """The key a request through Serve's HTTP proxy needs (None: none); ``post`` (a handle's call) needs none."""
+        self.keys = keys
+        """The keys a request through Serve's HTTP proxy needs one of (None: none); ``post`` (a handle's call) needs
+        none."""
         self.server = ScriptedRoutes(ScriptedServerConfig.model_validate(server_config))
         context = serve.get_replica_context()
         self.replica = context.replica_id.unique_id
@@ -50,7 +52,7 @@ class ScriptedPolicyServer:
     async def __call__(self, request: Any) -> Any:
         from starlette.responses import Response, StreamingResponse
 
-        refusal = refused(request, self.token)
+        refusal = refused(request, self.keys)
         if refusal is not None:
             return refusal
         reply = await self.server.route(request.method, app_path(request), await request.body(),
@@ -75,13 +77,13 @@ async def _each(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def build(server_config: dict[str, Any], options: dict[str, Any], token: str | None = None) -> Any:
+def build(server_config: dict[str, Any], options: dict[str, Any], keys: Keys | None = None) -> Any:
     """The Serve application: ``server_config`` is a ``ScriptedServerConfig``'s fields, ``options`` deployment
-    options, ``token`` the key its HTTP face requires (None: none)."""
+    options, ``keys`` what its HTTP face requires (None: nothing)."""
     from ray import serve
 
     deployment = serve.deployment(ScriptedPolicyServer, name=DEPLOYMENT)
-    return deployment.options(**options).bind(server_config, token)
+    return deployment.options(**options).bind(server_config, keys)
 
 
 class ScriptedApp(ServeApp):
@@ -95,11 +97,11 @@ class ScriptedApp(ServeApp):
         POLICIES.load(section.policy, field="serve.policy")
 
     def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
-              dataset: str | None = None, token: str | None = None) -> Any:
+              dataset: str | None = None, keys: Keys | None = None) -> Any:
         options.setdefault("ray_actor_options", {}).setdefault("num_cpus", 0)  # the policy takes no rollout's CPU
         server_config = {"policy": POLICIES.resolve(section.policy), "latency": section.latency,
                          "faults": section.faults, "dataset": dataset, "model": model_id, "check_model": True}
-        return build(server_config, options, token)
+        return build(server_config, options, keys)
 
     def controls(self, served: ServedModel) -> ScriptedControls:
         return ScriptedControls()

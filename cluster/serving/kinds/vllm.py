@@ -14,6 +14,7 @@ from cluster.serving.apps import ServedModel
 from cluster.serving.config import ServeSection
 from cluster.serving.controls import EndpointControls, EngineControls, ModelControls
 from cluster.serving.kinds.base import ServeApp
+from rollout.access import Keys
 from rollout.errors import ConfigError
 from rollout.models.client.config import OpenAIModelConfig
 
@@ -46,16 +47,16 @@ def llm_config_fields(section: ServeSection, model_id: str, options: dict[str, A
     return fields
 
 
-def build(section: ServeSection, model_id: str, options: dict[str, Any], token: str | None = None) -> Any:
+def build(section: ServeSection, model_id: str, options: dict[str, Any], keys: Keys | None = None) -> Any:
     """Ray's OpenAI app plus vLLM's token-in route, ``/inference/v1/generate`` (``cluster.serving.generate_route``);
     with ``controls`` (the default), Ray's development ingress: also /pause, /resume, /reset_prefix_cache, /sleep,
-    /wakeup, /collective_rpc and /update_weight_version, which ``cluster.serving.controls`` drives. With ``token``,
-    every route of the ingress needs it (``Authorization: Bearer``)."""
+    /wakeup, /collective_rpc and /update_weight_version, which ``cluster.serving.controls`` drives. With ``keys``,
+    every route of the ingress needs one (``Authorization: Bearer``)."""
     from ray.serve.llm import LLMConfig
 
     from cluster.serving.generate_route import build_app  # it imports Starlette (the serve extra) at its top
 
-    return build_app(LLMConfig(**llm_config_fields(section, model_id, options)), section.controls, token)
+    return build_app(LLMConfig(**llm_config_fields(section, model_id, options)), section.controls, keys)
 
 
 class VllmApp(ServeApp):
@@ -77,8 +78,8 @@ class VllmApp(ServeApp):
         return num_cpus if num_cpus is not None else max(MIN_VLLM_CPUS, os.cpu_count() or 1)
 
     def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
-              dataset: str | None = None, token: str | None = None) -> Any:
-        return build(section, model_id, options, token)
+              dataset: str | None = None, keys: Keys | None = None) -> Any:
+        return build(section, model_id, options, keys)
 
     def controls(self, served: ServedModel) -> ModelControls:
         if not served.section.controls:

@@ -30,6 +30,7 @@ from cluster.serving.controls import EngineControls
 from cluster.serving.kinds.base import ServeApp, app_path, refused
 from cluster.serving.kinds.vllm import CPU_MEMORY_FRACTION, VllmApp
 from cluster.session.ray_private import kv_del, kv_get, kv_keys, kv_put
+from rollout.access import Keys
 from rollout.wire.generate import GENERATE_PATH, with_placeholders
 
 ENGINE_KEY_PREFIX = "rollout-farm/engines/"
@@ -54,9 +55,9 @@ def engine_command(model_source: str, model_id: str, port: int, engine_kwargs: d
 
 class VllmProcessServer:
     def __init__(self, app: str, model_source: str, model_id: str, engine_kwargs: dict[str, Any],
-                 ready_timeout: float, token: str | None = None):
-        self.token = token
-        """The key a request through Serve's proxy needs (None: none); the engine itself listens on 127.0.0.1."""
+                 ready_timeout: float, keys: Keys | None = None):
+        self.keys = keys
+        """The keys a request through Serve's proxy needs one of (None: none); the engine listens on 127.0.0.1."""
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
@@ -96,7 +97,7 @@ class VllmProcessServer:
     async def __call__(self, request: Any) -> Any:
         from starlette.responses import Response
 
-        refusal = refused(request, self.token)
+        refusal = refused(request, self.keys)
         if refusal is not None:
             return refusal
         if self.http is None:
@@ -133,7 +134,7 @@ class VllmProcessServer:
                 pass
 
 
-def build(section: ServeSection, model_id: str, options: dict[str, Any], token: str | None = None) -> Any:
+def build(section: ServeSection, model_id: str, options: dict[str, Any], keys: Keys | None = None) -> Any:
     kwargs = {"enable_scale_out": True, **section.engine_kwargs}  # vllm serve mounts /inference/v1/generate then
     if section.cpu:
         kwargs.setdefault("gpu_memory_utilization", CPU_MEMORY_FRACTION)
@@ -143,7 +144,7 @@ def build(section: ServeSection, model_id: str, options: dict[str, Any], token: 
     options.setdefault("ray_actor_options", {}).setdefault("num_cpus", 1)
     deployment = serve.deployment(VllmProcessServer, name="VllmProcessServer")
     return deployment.options(**options).bind(section.name, section.model_source, model_id, kwargs,
-                                              section.ready_timeout, token)
+                                              section.ready_timeout, keys)
 
 
 def engine_urls(app: str) -> list[str]:
@@ -156,8 +157,8 @@ class SubprocessVllmApp(VllmApp):
     """``app: vllm`` with ``engine: subprocess``: a ``vllm serve`` process per replica behind a proxy deployment."""
 
     def build(self, section: ServeSection, model_id: str, options: dict[str, Any], *,
-              dataset: str | None = None, token: str | None = None) -> Any:
-        return build(section, model_id, options, token)
+              dataset: str | None = None, keys: Keys | None = None) -> Any:
+        return build(section, model_id, options, keys)
 
     def controls(self, served: ServedModel) -> EngineControls:
         return EngineControls(functools.partial(engine_urls, served.section.name), served.model_id,
