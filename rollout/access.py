@@ -37,12 +37,12 @@ def token_for(host: str | None, token: str | None) -> str | None:
 
 
 def checked_token(value: str | None) -> str | None:
-    """A config field's token as given (None stays None); ``ValueError`` for an empty or blank one, which would
-    guard nothing (a pydantic field validator's body: the error names the field)."""
-    if value is not None and (not value.strip() or value != value.strip()):
-        raise ValueError("a token must be a non-empty string without surrounding whitespace (leave it unset to "
-                         "have one generated at start)")
-    return value
+    """A config field's token without surrounding whitespace (a token file's newline; None stays None);
+    ``ValueError`` for an empty or blank one, which would guard nothing (a pydantic field validator's body: the error
+    names the field, and what it quotes is blank)."""
+    if value is not None and not value.strip():
+        raise ValueError("a token must not be empty or blank (leave it unset to have one generated at start)")
+    return value.strip() if value is not None else None
 
 
 def presented(header: Callable[[str], str | None], query_token: str | None = None) -> str:

@@ -145,17 +145,18 @@ def test_the_scripted_server_off_loopback_answers_only_with_its_token(netns):
         assert _local(server.url + "/chat/completions", CHAT)[0] == 200
 
 
-@pytest.mark.parametrize("bad", ["", "   ", " padded "])
-def test_a_blank_token_is_a_config_error_naming_its_field(bad):
+@pytest.mark.parametrize("bad", ["", "   ", "\n"])
+def test_a_blank_token_is_a_config_error_naming_its_field_and_a_token_files_newline_is_dropped(bad):
     from cluster.config.gym_section import GymSection
     from cluster.serving.config import ServeSection
 
-    for model, fields, field in ((ScriptedServerConfig, {"token": bad}, "token"),
-                                 (GymSection, {"token": bad}, "gym.token"),
-                                 (ServeSection, {"app": "scripted", "api_key": bad}, "serve.api_key")):
+    for model, name, field in ((ScriptedServerConfig, "token", "token"), (GymSection, "token", "gym.token"),
+                               (ServeSection, "api_key", "serve.api_key")):
+        base = {"app": "scripted"} if model is ServeSection else {}
         with pytest.raises(ConfigError) as caught:
-            validate(model, fields, prefix=field.rpartition(".")[0])
+            validate(model, {**base, name: bad}, prefix=field.rpartition(".")[0])
         assert caught.value.field == field
+        assert getattr(validate(model, {**base, name: "s3cret\n"}), name) == "s3cret"
 
 
 # ---- the agent server ---------------------------------------------------------------------------------------------
