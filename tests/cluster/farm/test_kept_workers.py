@@ -1,6 +1,7 @@
 """Workers that stay on a standing cluster (``cluster.workers.kept``): a second run built the same way takes the
 worker the first one left, with nothing of the first run's in it; a run built differently, or one that finds the
-worker leased, starts its own; a killed driver's lease expires; an idle worker exits.
+worker leased, starts its own; a killed driver's lease expires; an idle worker exits; a source file changed since a
+worker imported it is named (that worker takes no other run).
 
 The session's Ray cluster stands in for the standing one: the backends here (and the runs in subprocesses, which
 join it) keep their workers in it; each test ends every kept worker it left."""
@@ -213,3 +214,16 @@ def test_rollout_run_on_a_standing_cluster_says_it_reused_the_worker(kept, tmp_p
     assert s2["rollouts"] == s1["rollouts"], "the second run counts its own rollouts only"
     _, s3 = run(address, tmp_path, "changed", "agent.max_steps=11")
     assert s3["kept_workers"]["reused"] == 0
+
+
+def test_a_source_file_changed_since_its_import_is_named(tmp_path):
+    from cluster.workers.kept import changed_code
+
+    kept_file, gone = tmp_path / "module.py", tmp_path / "gone.py"
+    kept_file.write_text("A = 1\n")
+    gone.write_text("B = 1\n")
+    known = {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in (kept_file, gone)}
+    assert changed_code(known) == []
+    kept_file.write_text("A = 22\n")  # what a worker imported is no longer what a new process would import
+    gone.unlink()
+    assert changed_code(known) == sorted([str(kept_file), str(gone)])
