@@ -94,9 +94,12 @@ class NodeMembership:
             actor, info = await self._take_kept(node) if self.keep is not None else (None, None)
             try:
                 if actor is None:
+                    spawned = time.time()
                     actor = self._spawn(node, generation)
                     info = await within(as_future(actor.info.remote()), WORKER_START_TIMEOUT)
                     self.workers_started += 1
+                    print(f"[farm] worker on node {node.node_id[:8]}: {start_split(spawned, info['started'])}",
+                          file=self.out, flush=True)
             except Exception as exc:  # noqa: BLE001 - the node may be gone; the refresh loop decides
                 if actor is not None:
                     ray.kill(actor, no_restart=True)
@@ -197,6 +200,16 @@ class NodeMembership:
         probe.add_done_callback(self._probes.discard)
         # The refresh loop starts the replacement once the node is seen alive on its next tick (a node that
         # died with its worker is reported dead by Ray within its health-check period, and gets none).
+
+
+def start_split(spawned: float, started: dict[str, float]) -> str:
+    """A new worker's start, split: Ray's part (a process, our modules imported, the arguments loaded) up to its
+    ``__init__``, the ``__init__``, the node's images listed, and the calls' round trips."""
+    total = time.time() - spawned
+    ray_part = max(0.0, started["init_at"] - spawned)
+    rest = max(0.0, total - ray_part - started["init"] - started["images"])
+    return (f"a new process, started in {total:.1f}s (process and imports {ray_part:.1f}, init {started['init']:.1f}, "
+            f"images listed {started['images']:.1f}, calls {rest:.1f})")
 
 
 async def raylet_answers(info: dict, timeout: float = 3.0) -> bool:

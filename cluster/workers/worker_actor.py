@@ -31,8 +31,11 @@ class NodeWorker(RolloutWorker):
 
     def __init__(self, source: Any, *, transfer: Any = None, note: str | None = None, holder: str | None = None,
                  ttl: float = 0.0, idle: float | None = None, **options: Any):
+        began = time.time()
         self._install(transfer, note)
         super().__init__(source, **options)
+        self.started = {"init_at": began, "init": time.time() - began}
+        """When its ``__init__`` began (wall clock) and how long it took: the driver splits a start with them."""
         self.holder, self.expires = holder, time.monotonic() + ttl
         self.idle = idle
         """Seconds this kept worker waits without a lease before it exits; None: not kept (its run ends it)."""
@@ -127,9 +130,11 @@ class NodeWorker(RolloutWorker):
         listed off the event loop: a daemon with many images takes a quarter of a second, which the rollouts
         running here would otherwise wait out."""
         self._watch()
+        began = time.perf_counter()
         listed, self._listed = self._listed, None
         images = await (listed if listed is not None else asyncio.to_thread(node_images))
-        return {**super().info(), "images": images, "leases": self.leases}
+        return {**super().info(), "images": images, "leases": self.leases,
+                "started": {**self.started, "images": time.perf_counter() - began}}
 
     async def probe(self, engines: tuple[str, ...]) -> str | None:
         """None when this node's container engines answer, else why not (``cluster.placement.health``); asked off
