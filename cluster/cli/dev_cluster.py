@@ -1,11 +1,13 @@
 """``rollout dev-cluster up|status|down``: a cluster of separate machines on this one, to try the farm across nodes
 on a laptop (root, ``unshare`` and ``dockerd`` needed).
 
-``up --nodes 2``: a Ray head that runs the driver only, and N sandbox machines (``cluster.session.machines``), each a
-Ray node with one CPU (``--cpus``), the resource ``sandbox``, its own docker daemon with an empty image store and
-its own view of the filesystem where the run home is hidden; it prints the address and the command to run the SWE
-demo across them. ``status``: the machines and whether each is alive. ``down``: every machine and the head killed,
-their bridges and files removed. The state is kept in ``~/.cache/rollout-farm/dev-cluster.json``.
+``up --nodes 2``: a network of the cluster's own (a bridge on this host, ``cluster.session.netns``), a Ray head on
+its gateway address that runs the driver only, and N sandbox machines (``cluster.session.machines``), each a Ray node
+with one CPU (``--cpus``), the resource ``sandbox``, its own network address, its own docker daemon with an empty
+image store and its own view of the filesystem where the run home is hidden; it prints the address and the command
+to run the SWE demo across them. ``status``: the machines, their addresses and whether each is alive. ``down``:
+every machine and the head killed (the cluster's standing workers and kept models with it), their namespaces,
+network and files removed. The state is kept in ``~/.cache/rollout-farm/dev-cluster.json``.
 
 Exit codes: 0 done; 1 a machine did not start (what was started is stopped again); 2 bad arguments, or a cluster
 is already up (``down`` first).
@@ -65,24 +67,35 @@ def up(args: argparse.Namespace) -> int:
         return 2
     from cluster.session.home import rollout_home
     from cluster.session.machines import Machine
+    from cluster.session.netns import Network
 
     ROOT.mkdir(parents=True, exist_ok=True)
-    head = _start_head(args.port)
-    address = f"127.0.0.1:{args.port}"
-    state = {"address": address, "head": head, "machines": []}
+    network = Network.for_process("rfd").create()
+    state = {"address": f"{network.gateway}:{args.port}", "network": network.state(), "head": {}, "machines": []}
     STATE.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        state["head"] = _start_head(network.gateway, args.port)
+    except Exception as exc:  # noqa: BLE001 - remove the network again, say why
+        STATE.write_text(json.dumps(state, indent=1))
+        print(f"dev-cluster: {exc}", file=sys.stderr)
+        down(args)
+        return 1
+    address = state["address"]
     os.environ["RAY_AUTH_MODE"] = "token"  # before Ray is imported: it reads the mode then
     import ray
 
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         for index in range(1, args.nodes + 1):
-            machine = Machine(f"dev_machine_{index}", index, address, ROOT / f"machine-{index}",
+            machine = Machine(f"dev_machine_{index}", index, address, ROOT / f"machine-{index}", network=network,
                               num_cpus=args.cpus, resources={"sandbox": 1.0}, masked=[str(rollout_home())])
-            machine.start()
-            state["machines"].append(machine.state())
+            state["machines"].append(machine.state())  # before it starts: `down` removes a half-made one too
             STATE.write_text(json.dumps(state, indent=1))
-            print(f"machine {index}: node {machine.node_id()[:8]}, docker at {machine.docker_host}", flush=True)
+            machine.start()
+            state["machines"][-1] = machine.state()
+            STATE.write_text(json.dumps(state, indent=1))
+            print(f"machine {index}: node {machine.node_id()[:8]} at {machine.address}, docker at "
+                  f"{machine.docker_host}", flush=True)
     except Exception as exc:  # noqa: BLE001 - stop what started, say why
         STATE.write_text(json.dumps(state, indent=1))
         print(f"dev-cluster: a machine did not start: {exc}", file=sys.stderr)
@@ -97,9 +110,9 @@ def up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_head(port: int) -> dict:
-    """``ray start --head`` (no CPUs: it hosts the driver, not rollouts) in a mount namespace of its own, so
-    ``down`` finds every process it started."""
+def _start_head(address: str, port: int) -> dict:
+    """``ray start --head`` (no CPUs: it hosts the driver, not rollouts) at ``address`` (the network's gateway: where
+    the machines reach it), in a mount namespace of its own, so ``down`` finds every process it started."""
     from cluster.session.machines import mount_namespace
 
     ray = str(Path(sys.executable).with_name("ray"))
@@ -107,8 +120,8 @@ def _start_head(port: int) -> dict:
     env = {**os.environ, "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
     process = subprocess.Popen(["unshare", "-m", "--propagation", "private", ray, "start", "--head", f"--port={port}",
-                                "--num-cpus=0", "--include-dashboard=false", "--block"], stdout=log,
-                               stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                f"--node-ip-address={address}", "--num-cpus=0", "--include-dashboard=false", "--block"],
+                               stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     ours, deadline = mount_namespace("self"), time.monotonic() + 120
     namespace = None
     while time.monotonic() < deadline:
@@ -132,7 +145,7 @@ def status(args: argparse.Namespace) -> int:
     for entry in state["machines"]:
         machine = Machine.from_state(entry)
         alive = machine.docker("info").returncode == 0 and bool(machine.pids())
-        print(f"{machine.name}: {'alive' if alive else 'gone'} (docker at {machine.docker_host})")
+        print(f"{machine.name}: {'alive' if alive else 'gone'} at {machine.address} (docker at {machine.docker_host})")
     return 0
 
 
@@ -141,15 +154,17 @@ def down(args: argparse.Namespace) -> int:
         print("no dev cluster is up")
         return 0
     from cluster.session.machines import Machine, kill_until_gone, namespace_pids
+    from cluster.session.netns import Network
 
     state = json.loads(STATE.read_text())
     for entry in state["machines"]:
         machine = Machine.from_state(entry)
         machine.kill()
-        subprocess.run(["ip", "link", "del", machine.bridge], capture_output=True)
+        machine.netns.delete()
         shutil.rmtree(machine.root, ignore_errors=True)
     head = state.get("head") or {}
     kill_until_gone(lambda: namespace_pids(head.get("namespace")))
+    Network.from_state(state["network"]).delete()
     current = Path("/tmp/ray/ray_current_cluster")  # `ray start` wrote it; a plain ray.init() would join a dead head
     port = state["address"].rsplit(":", 1)[1]
     if current.is_file() and current.read_text().strip().endswith(f":{port}"):

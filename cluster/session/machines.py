@@ -1,11 +1,13 @@
 """Separate machines on this one (``rollout dev-cluster``, the tests and the bench of the farm across nodes): each
-``Machine`` is a Ray node with its own
-docker daemon (its own data root, exec root, socket and bridge: an empty image store), its own view of the
-filesystem (a mount namespace where the head's directories are masked by a tmpfs) and its own CPUs. Killing one
-kills every process in its mount namespace: the raylet, its workers and its daemon, as a machine that dies.
+``Machine`` is a Ray node with its own docker daemon (its own data root, exec root, socket and bridge: an empty image
+store), its own view of the filesystem (a mount namespace where the head's directories are masked by a tmpfs), its
+own network address (a network namespace on a bridge of the caller's, ``cluster.session.netns``: its 127.0.0.1 is
+its own, and the head and the driver reach it only at that address) and its own CPUs. Killing one kills every process
+in its mount namespace: the raylet, its workers and its daemon, as a machine that dies; cutting its link is a
+partition.
 
-Not ``--bridge=none`` for the daemon: a daemon started with it deletes the main daemon's ``docker0``. Each machine
-makes a bridge of its own and deletes it with the machine.
+Not ``--bridge=none`` for the daemon: a daemon started with it deletes the main daemon's ``docker0``. Each machine's
+daemon makes its own ``docker0`` inside the machine's network namespace, gone with it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable
+
+from cluster.session.netns import NetNamespace, Network
 
 
 def mount_namespace(pid: int | str) -> str | None:
@@ -55,18 +59,24 @@ def kill_until_gone(pids: Callable[[], list[int]], timeout: float = 10.0) -> Non
 
 
 class Machine:
-    def __init__(self, name: str, index: int, head: str, root: Path, *, masked: list[str], num_cpus: int = 0,
-                 resources: dict[str, float] | None = None):
+    def __init__(self, name: str, index: int, head: str, root: Path, *, network: Network, masked: list[str],
+                 num_cpus: int = 0, resources: dict[str, float] | None = None, insecure_registries: list[str] = ()):
         self.name, self.head, self.root = name, head, root
         self.masked, self.num_cpus = list(masked), num_cpus
         self.resources = {name: 1.0, **(resources or {})}
-        self.bridge = f"rfm{os.getpid() % 1000}n{index}"
-        self.subnet = f"10.{200 + index}.{os.getpid() % 250}.1/24"
+        self.netns = NetNamespace(f"rollout-farm-{name}", network, index)
+        self.insecure_registries = list(insecure_registries)
+        """Registries the daemon may reach over plain HTTP (docker allows only 127.0.0.0/8 unless told)."""
         self.socket = root / "docker.sock"
         self.cgroup = f"rollout-farm-{name}"
         """The daemon's cgroup parent: its containers' processes are in no mount namespace of the machine's."""
         self.process: subprocess.Popen | None = None
         self.namespace: str | None = None
+
+    @property
+    def address(self) -> str:
+        """The machine's own network address: where the head, the driver and the other machines reach it."""
+        return self.netns.address
 
     @property
     def docker_host(self) -> str:
@@ -78,30 +88,55 @@ class Machine:
 
     def script(self) -> str:
         masks = "\n".join(f"mkdir -p {shlex.quote(p)} && mount -t tmpfs tmpfs {shlex.quote(p)}" for p in self.masked)
-        data, run = self.root / "data", self.root / "exec"
         resources = shlex.quote(json.dumps(self.resources))
         ray = shlex.quote(str(Path(sys.executable).with_name("ray")))  # beside this interpreter: the venv's
         return f"""set -e
 {masks}
-dockerd --data-root {data} --exec-root {run} --pidfile {self.root}/docker.pid -H {self.docker_host} \\
-    --bridge={self.bridge} --iptables=false --ip-masq=false --cgroup-parent=/{self.cgroup} \
-    > {self.root}/dockerd.log 2>&1 &
+{self.dockerd_command()} > {self.root}/dockerd.log 2>&1 &
 for _ in $(seq 1 60); do docker info > /dev/null 2>&1 && break; sleep 0.5; done
-exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={resources} \\
-    --block > {self.root}/ray.log 2>&1
+exec {ray} start --address={self.head} --node-ip-address={self.address} --num-cpus={self.num_cpus} \\
+    --resources={resources} --block > {self.root}/ray.log 2>&1
 """
+
+    def dockerd_command(self) -> str:
+        """The machine's docker daemon (its own docker0 inside the machine's network namespace), with a
+        configuration file of its own: never this host's ``/etc/docker/daemon.json``."""
+        data, run, config = self.root / "data", self.root / "exec", self.root / "daemon.json"
+        config.write_text(json.dumps({"insecure-registries": self.insecure_registries}))
+        return (f"dockerd --config-file {config} --data-root {data} --exec-root {run} --pidfile {self.root}/docker.pid"
+                f" -H {self.docker_host} --iptables=false --ip-masq=false --cgroup-parent=/{self.cgroup}")
+
+    def stop_daemon(self, timeout: float = 60) -> None:
+        """The machine's docker daemon stopped as a restart stops it (SIGTERM: it stops its containers first); the
+        machine's raylet and workers go on."""
+        pid = int((self.root / "docker.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def start_daemon(self, timeout: float = 60) -> None:
+        """The machine's docker daemon started again, inside the machine (its mount and network namespaces), as it
+        was first started."""
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError(f"machine {self.name} is not running")
+        subprocess.Popen(["nsenter", "-t", str(self.process.pid), "-m", "-n", "bash", "-c",
+                          f"exec {self.dockerd_command()} >> {self.root}/dockerd.log 2>&1"], start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while self.docker("info").returncode != 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"machine {self.name}'s daemon did not answer again: {self.logs()}")
+            time.sleep(0.5)
 
     def start(self, timeout: float = 90) -> "Machine":
         self.root.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
-        subprocess.run(["ip", "addr", "add", self.subnet, "dev", self.bridge], check=True)
-        subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
+        self.netns.create()
         project = str(Path(__file__).resolve().parents[2])  # the node's workers import the project from its tree
         pythonpath = os.pathsep.join(p for p in (project, os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "DOCKER_HOST": self.docker_host, "RAY_AUTH_MODE": "token", "PYTHONPATH": pythonpath}
         env.pop("RAY_ADDRESS", None)
-        self.process = subprocess.Popen(["unshare", "-m", "--propagation", "private", "bash", "-c", self.script()],
-                                        env=env, start_new_session=True)
+        self.process = subprocess.Popen([*self.netns.enter(), "unshare", "-m", "--propagation", "private", "bash",
+                                         "-c", self.script()], env=env, start_new_session=True)
         deadline, ours = time.monotonic() + timeout, mount_namespace("self")
         while time.monotonic() < deadline:
             if self.namespace is None and mount_namespace(self.process.pid) not in (None, ours):
@@ -120,13 +155,15 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
 
     def state(self) -> dict:
         """What ``from_state`` needs to find this machine again from another process (to stop it)."""
-        return {"name": self.name, "root": str(self.root), "bridge": self.bridge, "namespace": self.namespace,
-                "head": self.head, "cgroup": self.cgroup}
+        return {"name": self.name, "index": self.netns.index, "root": str(self.root), "namespace": self.namespace,
+                "head": self.head, "cgroup": self.cgroup, "network": self.netns.network.state(),
+                "address": self.address}
 
     @classmethod
     def from_state(cls, state: dict) -> "Machine":
-        machine = cls(state["name"], 0, state["head"], Path(state["root"]), masked=[])
-        machine.bridge, machine.namespace, machine.cgroup = state["bridge"], state["namespace"], state["cgroup"]
+        machine = cls(state["name"], state["index"], state["head"], Path(state["root"]), masked=[],
+                      network=Network.from_state(state["network"]))
+        machine.namespace, machine.cgroup = state["namespace"], state["cgroup"]
         return machine
 
     def node_id(self) -> str | None:
@@ -176,10 +213,10 @@ exec {ray} start --address={self.head} --num-cpus={self.num_cpus} --resources={r
 
     def stop(self) -> None:
         """Kill the machine, wait until Ray has let go of its node (so later work on the cluster never waits on a
-        dead node), and delete its bridge and files."""
+        dead node), and delete its network namespace and files."""
         self.kill()
         self.gone()
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        self.netns.delete()
         for group in sorted(Path("/sys/fs/cgroup").glob(f"*/{self.cgroup}/**/"), key=lambda p: -len(p.parts)):
             try:
                 group.rmdir()
@@ -195,12 +232,13 @@ def free_port() -> int:
 
 
 class Registry:
-    """Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1, its storage in a directory of its own;
+    """Debian's ``docker-registry`` (distribution 2.8) on ``host`` (the machines' network's gateway, where every
+    machine reaches it; a registry on 127.0.0.1 would be each machine's own), its storage in a directory of its own;
     ``users``: ``{name: password}`` for basic auth (an htpasswd file of bcrypt hashes)."""
 
-    def __init__(self, root: Path, users: dict[str, str] | None = None):
+    def __init__(self, root: Path, host: str, users: dict[str, str] | None = None):
         self.root, self.port = root, free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{host}:{self.port}"
         auth = ""
         if users:
             import bcrypt  # the dev extra: the tests' registry with basic auth

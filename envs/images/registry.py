@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import re
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any, Callable
@@ -95,10 +96,26 @@ class RegistrySource:
 
 
 def check_registry(prefix: str, field: str = "images.registry", timeout: float = 10.0) -> None:
-    """The registry answers and takes this machine's credentials (its ``/v2/`` route), else a ``ConfigError``."""
+    """The registry answers and takes this machine's credentials (its ``/v2/`` route), else a ``ConfigError``.
+    As docker does: plain HTTP on the loopback, else HTTPS first and plain HTTP when the registry answers TLS with
+    plain HTTP (a registry the daemons list as insecure, as a cluster's internal one often is)."""
     host = prefix.split("/")[0]
     login = credentials() or _docker_config_login(host)
-    request = urllib.request.Request(f"http://{host}/v2/" if _plain_http(host) else f"https://{host}/v2/")
+    try:
+        _ask(host, "http" if _plain_http(host) else "https", login, timeout)
+    except urllib.error.URLError as exc:
+        if not isinstance(exc.reason, ssl.SSLError) or _plain_http(host):
+            _refuse(host, exc, login, field)
+        try:
+            _ask(host, "http", login, timeout)
+        except (urllib.error.URLError, OSError) as plain:
+            _refuse(host, plain, login, field)
+    except OSError as exc:
+        _refuse(host, exc, login, field)
+
+
+def _ask(host: str, scheme: str, login: dict[str, str] | None, timeout: float) -> None:
+    request = urllib.request.Request(f"{scheme}://{host}/v2/")
     if login:
         token = base64.b64encode(f"{login['username']}:{login['password']}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
@@ -106,15 +123,20 @@ def check_registry(prefix: str, field: str = "images.registry", timeout: float =
         with urllib.request.urlopen(request, timeout=timeout):
             return
     except urllib.error.HTTPError as exc:
+        if exc.code < 500 and exc.code != 401:  # a /v2/ that answers at all is a registry we can talk to
+            return
+        raise
+
+
+def _refuse(host: str, exc: OSError, login: dict[str, str] | None, field: str) -> None:
+    """The ``ConfigError`` for what ``_ask`` raised."""
+    if isinstance(exc, urllib.error.HTTPError):
         if exc.code == 401:
             why = "refused the credentials given" if login else "needs credentials"
             raise ConfigError(f"the registry {host} {why} (set {USER_VARIABLE} and {PASSWORD_VARIABLE}, or "
                               "`docker login` on every node)", field) from None
-        if exc.code < 500:  # a /v2/ that answers at all is a registry we can talk to
-            return
         raise ConfigError(f"the registry {host} answered {exc.code}", field) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ConfigError(f"the registry {host} cannot be reached: {getattr(exc, 'reason', exc)}", field) from None
+    raise ConfigError(f"the registry {host} cannot be reached: {getattr(exc, 'reason', exc)}", field) from None
 
 
 def _plain_http(host: str) -> bool:

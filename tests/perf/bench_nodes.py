@@ -4,15 +4,15 @@ and rollouts/s on 1, 2 and 3 nodes.
     python tests/perf/bench_nodes.py [--instances 20] [--samples 4] [--concurrency 12]
 
 Each scenario starts fresh machines (``cluster.session.machines``, what ``rollout dev-cluster`` starts: a Ray node with
-its own docker daemon and an empty image store, the head's files masked, one CPU each) beside a head in this
-process, and runs the SWE demo's
+its own network address, its own docker daemon and an empty image store, the head's files masked, one CPU each)
+beside a head in this process, and runs the SWE demo's
 config on them from a driver on the head (``rollout run configs/swe_demo.yaml farm.node_resources={sandbox: 1}``)
 over ``--instances`` instances (the 12 of the bundled mini benchmark, then copies under new ids: each its own
 instance image) x ``--samples``:
 
-- registry, locality on / off: every image pulled from a registry on 127.0.0.1 (``rollout images build --registry``
-  pushed them first, untimed); pulls per node vs the distinct images the node ran (target with locality: <= 1.2x
-  them, and <= 0.5x the pulls without locality);
+- registry, locality on / off: every image pulled from a registry at the machines' network gateway (``rollout
+  images build --registry`` pushed them first, untimed); pulls per node vs the distinct images the node ran (target
+  with locality: <= 1.2x them, and <= 0.5x the pulls without locality);
 - object store: no registry; the base image loaded from the driver machine's daemon through Ray, each instance
   image built on its node from the carried repository;
 - 1, 2 and 3 nodes, registry and locality: rollouts/s.
@@ -40,6 +40,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(PROJECT))
 
 from cluster.session.machines import Machine, Registry  # noqa: E402
+from cluster.session.netns import Network  # noqa: E402
 
 
 def dataset(where: Path, instances: int) -> Path:
@@ -77,13 +78,14 @@ def run(address: str, data: Path, out_dir: Path, *extra: str) -> tuple[dict, lis
     return summary, rows, wall, ""
 
 
-def scenario(name: str, head: str, root: Path, nodes: int, data: Path, *extra: str) -> dict:
+def scenario(name: str, head: str, root: Path, network: Network, nodes: int, data: Path, *extra: str) -> dict:
     machines = []
     try:
         for index in range(1, nodes + 1):
             tag = f"bench_{uuid.uuid4().hex[:6]}"
             machines.append(Machine(tag, index, head, Path("/tmp") / f"rollout-farm-{tag}", num_cpus=1,
-                                    resources={"sandbox": 1.0}, masked=[str(root)]).start())
+                                    resources={"sandbox": 1.0}, masked=[str(root)], network=network,
+                                    insecure_registries=[f"{network.gateway}/24"]).start())
         out_dir = root / name.replace(" ", "_")
         summary, rows, wall, problem = run(head, data, out_dir, *extra)
     finally:
@@ -119,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     head = ray.get_runtime_context().gcs_address
     root = Path(tempfile.mkdtemp(prefix="bench-nodes-"))
     (root / "registry").mkdir()
-    registry = Registry(root / "registry").start()
+    network = Network.for_process().create()  # each machine at an address of its own, the registry at the gateway
+    registry = Registry(root / "registry", network.gateway).start()
     try:
         data = dataset(root / "data", args.instances)
         prefix = f"{registry.address}/bench"
@@ -128,15 +131,16 @@ def main(argv: list[str] | None = None) -> int:
         common = [f"run.samples={args.samples}", f"run.concurrency={args.concurrency}"]
         with_registry = [*common, f"images.registry={prefix}", "images.through_ray=false"]
         results = [
-            scenario("registry, locality", head, root, 3, data, *with_registry),
-            scenario("registry, no locality", head, root, 3, data, *with_registry, "images.locality=false"),
-            scenario("object store, locality", head, root, 3, data, *common),
-            scenario("registry, 1 node", head, root, 1, data, *with_registry),
-            scenario("registry, 2 nodes", head, root, 2, data, *with_registry),
+            scenario("registry, locality", head, root, network, 3, data, *with_registry),
+            scenario("registry, no locality", head, root, network, 3, data, *with_registry, "images.locality=false"),
+            scenario("object store, locality", head, root, network, 3, data, *common),
+            scenario("registry, 1 node", head, root, network, 1, data, *with_registry),
+            scenario("registry, 2 nodes", head, root, network, 2, data, *with_registry),
         ]
     finally:
         registry.stop()
         ray.shutdown()
+        network.delete()
     report(results, args)
     return 0
 

@@ -67,7 +67,7 @@ def model_and_sandbox_machines(machines, head_files, base_image):
 
 
 @pytest.fixture
-def registry(tmp_path):
-    running = start_registry(tmp_path)
+def registry(machines, tmp_path):
+    running = start_registry(tmp_path, machines.network)
     yield running
     running.stop()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cluster.session.machines import Machine, Registry
+from cluster.session.netns import Network
 
 PROJECT = Path(__file__).resolve().parents[3]
 SANDBOX = {"sandbox": 1.0}
@@ -32,19 +33,27 @@ def need_machines() -> None:
         pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
 
 
-def new_machine(address: str, head_files: Path, offered: dict[str, float]) -> Machine:
-    """A machine (not started) of one CPU offering ``offered``, ``head_files`` and the project's runs masked."""
+def new_machine(address: str, head_files: Path, offered: dict[str, float], network: Network) -> Machine:
+    """A machine (not started) of one CPU offering ``offered`` at an address of its own on ``network``,
+    ``head_files`` and the project's runs masked; its daemon pulls from a registry on that network."""
     name = f"machine_{uuid.uuid4().hex[:6]}"
     return Machine(name, next(_indexes), address, Path("/tmp") / f"rollout-farm-{name}", num_cpus=1,
-                   resources=offered, masked=[str(head_files), str(PROJECT / "runs")])
+                   resources=offered, masked=[str(head_files), str(PROJECT / "runs")], network=network,
+                   insecure_registries=[REGISTRIES])
+
+
+REGISTRIES = "10.199.0.0/16"
+"""Where the tests' registries listen (a network's gateway): plain HTTP, allowed on every daemon (``.ci/run`` adds it
+to the main one's ``daemon.json``)."""
 
 
 class Machines:
-    """The session's machines, by what each offers."""
+    """The session's machines, by what each offers, on a network of their own (``network``)."""
 
     def __init__(self, address: str, head_root: Path):
         self.address, self.head_root = address, head_root
         self.live: list[tuple[dict[str, float], Machine]] = []
+        self.network = Network.for_process().create()
 
     def lend(self, *offers: dict[str, float]) -> list[Machine]:
         """A machine offering each of ``offers``, in that order, as fresh as a new one. Live machines that are not
@@ -61,7 +70,7 @@ class Machines:
             kept.append((offered, machine))
         try:
             for offered in wanted:
-                kept.append((offered, new_machine(self.address, self.head_root, offered).start()))
+                kept.append((offered, new_machine(self.address, self.head_root, offered, self.network).start()))
         finally:
             self.live = kept
             for machine in gone:
@@ -80,6 +89,7 @@ class Machines:
         for _offered, machine in self.live:
             machine.stop()
         self.live = []
+        self.network.delete()
 
 
 def killed(machine: Machine) -> Machine:
@@ -155,8 +165,14 @@ def results(head_files: Path, run: str = "run") -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def start_registry(root: Path, users: dict[str, str] | None = None) -> Registry:
+def start_registry(root: Path, network: Network, users: dict[str, str] | None = None) -> Registry:
+    """A registry at ``network``'s gateway, where the machines and this host's daemon both reach it."""
+    why = None
     if not shutil.which("docker-registry"):
         why = "the registry tests need Debian's docker-registry package"
+    elif REGISTRIES not in subprocess.run(["docker", "info", "--format", "{{json .RegistryConfig}}"],
+                                          capture_output=True, text=True, timeout=60).stdout:
+        why = f"this host's docker daemon does not allow plain-HTTP registries on {REGISTRIES} (insecure-registries)"
+    if why:
         pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
-    return Registry(root, users).start()
+    return Registry(root, network.gateway, users).start()

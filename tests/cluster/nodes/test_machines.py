@@ -34,16 +34,51 @@ def test_a_node_reads_nothing_of_the_head_by_path_and_has_an_image_store_of_its_
         import subprocess
 
         images = subprocess.run(["docker", "images", "-q"], capture_output=True, text=True, timeout=60)
-        return {"exists": os.path.exists(path), "host": os.environ.get("DOCKER_HOST"),
+        return {"exists": os.path.exists(path), "host": os.environ.get("DOCKER_HOST"), "err": images.stderr,
                 "images": images.stdout.split(), "docker_ok": images.returncode == 0}
 
     seen = ray.get(on_the_node.remote(str(head_files / "rows.jsonl")), timeout=120)
     assert (head_files / "rows.jsonl").exists()  # on the head it is there
     assert seen["exists"] is False  # on the node it is not: a read by path fails
-    assert seen["host"] == node.docker_host and seen["docker_ok"]
+    assert seen["host"] == node.docker_host and seen["docker_ok"], seen
     assert seen["images"] == []  # the node's daemon starts with nothing
     main = subprocess.run(["docker", "images", "-q"], capture_output=True, text=True, timeout=60)
     assert main.stdout.split(), "the main daemon holds images the node's does not"
+
+
+def test_a_machine_has_an_address_of_its_own_and_a_loopback_of_its_own(machine):
+    """The head reaches the node only at the node's own address, and the node's 127.0.0.1 is not this host's: a
+    server on this host's loopback is unreachable from it (a service that binds 127.0.0.1 for other machines is a
+    bug the fixture finds)."""
+    import socket
+
+    import ray
+
+    node, _ = machine
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    @ray.remote(num_cpus=0, resources={node.name: 0.01})
+    def from_the_node(port: int) -> dict:
+        import socket
+
+        import ray
+
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=3).close()
+            reached = "reached"
+        except OSError as exc:
+            reached = type(exc).__name__
+        return {"ip": ray.util.get_node_ip_address(), "host_loopback": reached}
+
+    try:
+        seen = ray.get(from_the_node.remote(port), timeout=120)
+    finally:
+        listener.close()
+    assert seen == {"ip": node.address, "host_loopback": "ConnectionRefusedError"}, seen
+    (entry,) = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get(node.name)]
+    assert entry["NodeManagerAddress"] == node.address and not node.address.startswith("127.")
+    print(f"machine {node.name} at {node.address}; this host's 127.0.0.1:{port} refused from it")
 
 
 def test_a_machine_that_dies_takes_its_daemon_and_processes_with_it(machine):
@@ -72,12 +107,15 @@ def test_dev_cluster_up_status_down(tmp_path):
     up = rollout("up", "--nodes", "1", "--port", "6393")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "farm.address=127.0.0.1:6393" in up.stdout
         state = json.loads((tmp_path / "rollout-farm" / "dev-cluster.json").read_text())
+        head_ip = state["address"].rsplit(":", 1)[0]
+        assert f"farm.address={head_ip}:6393" in up.stdout and not head_ip.startswith("127.")
+        machine_ip = state["machines"][0]["address"]
+        assert machine_ip != head_ip and f"at {machine_ip}" in up.stdout
         again = rollout("up")
         assert again.returncode == 2 and "already up" in again.stderr
         status = rollout("status")
-        assert "dev_machine_1: alive" in status.stdout, status.stdout + status.stderr
+        assert f"dev_machine_1: alive at {machine_ip}" in status.stdout, status.stdout + status.stderr
     finally:
         down = rollout("down")
     assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
@@ -85,4 +123,6 @@ def test_dev_cluster_up_status_down(tmp_path):
     left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and mount_namespace(p.name) in namespaces]
     assert left == []
     links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
-    assert state["machines"][0]["bridge"] not in links
+    assert state["network"]["name"] not in links  # the cluster's bridge, and the machines' links on it
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert state["machines"][0]["name"] not in namespaces

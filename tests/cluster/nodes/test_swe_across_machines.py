@@ -119,9 +119,9 @@ def test_the_demo_resolves_on_fresh_machines_with_images_from_a_registry(ray_clu
     assert ran_on and ran_on <= {m.node_id() for m in two_machines}
 
 
-def test_a_wrong_registry_credential_is_one_error_before_work_starts(ray_cluster, head_files, tmp_path):
+def test_a_wrong_registry_credential_is_one_error_before_work_starts(ray_cluster, machines, head_files, tmp_path):
 
-    guarded = start_registry(tmp_path, users={"farm": "right-password"})
+    guarded = start_registry(tmp_path, machines.network, users={"farm": "right-password"})
     try:
         address = ray_cluster.get_runtime_context().gcs_address
         secret = "wrong-password-7d1f"
@@ -215,7 +215,7 @@ def test_the_model_tier_runs_apart_from_the_sandboxes(ray_cluster, model_and_san
     assert "127.0.0.1" not in url and "localhost" not in url, url  # an address the other machines reach
 
 
-def test_a_machine_that_joins_mid_run_gets_rollouts(ray_cluster, one_machine, head_files):
+def test_a_machine_that_joins_mid_run_gets_rollouts(ray_cluster, machines, one_machine, head_files):
     """A sandbox node started while a run goes on: the driver sees it at its next look at the node list, starts a
     worker there, and the node's first rollouts run while the first node's continue (its images fetched anew)."""
     import time
@@ -225,7 +225,7 @@ def test_a_machine_that_joins_mid_run_gets_rollouts(ray_cluster, one_machine, he
     (first,) = one_machine
     results_reach(run, head_files, 2)
     assert run.poll() is None, "the run ended before a machine could join"
-    joined = new_machine(address, head_files, SANDBOX).start()
+    joined = new_machine(address, head_files, SANDBOX, machines.network).start()
     try:
         up, there = time.monotonic(), []
         while run.poll() is None and not there:
