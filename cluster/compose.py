@@ -216,7 +216,8 @@ class Composer:
             runtime = Component(runtime.cls, config.model_copy(update={
                 "binds": [*config.binds, f"{self._gateway_dir}:{INSIDE}:ro"]}))
             inside = INSIDE
-        gateway = SandboxGateway(self._gateway_dir, inside, self.model_url())
+        gateway = SandboxGateway(self._gateway_dir, inside, self.model_url(),
+                                 api_key=self.model_component.config.api_key)
         agent.bind_gateway(gateway)
         self.gateways.append(gateway)
         return runtime

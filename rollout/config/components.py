@@ -34,6 +34,9 @@ class EndpointModelConfig(Protocol):
     """The API root the model sends its calls to."""
     release_sessions: bool
     """Tell the server when a rollout ends (a sticky router then frees the rollout's replica)."""
+    api_key: str | None
+    """The endpoint's bearer token (a model tier's face beyond loopback needs its key): the run's gateway sends it
+    upstream too."""
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any: ...
 
