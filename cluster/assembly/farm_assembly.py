@@ -32,6 +32,7 @@ from cluster.serving.apps import ServedModel
 from cluster.serving.config import ServeSection
 from cluster.serving.controls import EndpointControls, ModelControls, ScriptedControls
 from cluster.serving.kinds import app_for
+from cluster.serving.replica_watch import ReplicaWatch
 from cluster.serving.scripted_server.for_runs import start_demo_server
 from cluster.session.connect import ClusterSession, join_address
 from rollout.data.dataset import load_tasks
@@ -54,6 +55,10 @@ class FarmAssembly:
         cpus = app_for(serve).cluster_cpus(serve, num_cpus) if serve is not None else num_cpus
         self.session = ClusterSession(address, num_cpus=cpus, dashboard=dashboard, out=out)
         self.served: ServedModel | None = None
+        self.replicas: ReplicaWatch | None = None
+        """The run's model application watched for lost replicas while it runs (``open``'s path only)."""
+        self.model_outages: dict | None = None
+        """What ``replicas`` saw once the assembly closed: the model tier's outages, or None."""
         self.backend: Backend | None = None
         self._close_backend: Callable[[], Awaitable[None]] | None = None
         self._ingresses: list[str] = []
@@ -141,6 +146,8 @@ class FarmAssembly:
                     raise failed[0]
                 if served is not None:
                     await backend.set_model_url(served.base_url)
+                    if app_for(self.serve).deploys:  # replicas on Serve: their outages go in the summary
+                        self.replicas = ReplicaWatch(self.serve.name).start()
                 return backend
             await asyncio.gather(*waits)
             served = await asyncio.to_thread(clock.call, "serve", self._start_model) if self.serve else None
@@ -217,6 +224,9 @@ class FarmAssembly:
         """Stop the backend and the model side by side (``wait=False``: a run that ends tells Serve and goes on);
         the first error is raised once everything is down. Closing twice does nothing more."""
         stops = []
+        if self.replicas is not None:  # before the application goes: its deletion is no outage
+            await asyncio.to_thread(self.replicas.stop)
+            self.model_outages, self.replicas = self.replicas.report(), None
         if self._close_backend is not None:
             stops.append(self._close_backend())
             self._close_backend = None

@@ -51,9 +51,10 @@ class Backend(ABC):
         the limit now and its changes (the ``last`` ones); None where slots are fixed."""
         return None
 
-    def lost_nodes(self) -> list[str]:
-        """The ids of the nodes that left the cluster during the run (none for a backend in one process)."""
-        return []
+    def lost_nodes(self) -> dict[str, str]:
+        """The nodes that left the cluster during the run, by id: why the farm counts each as gone (none for a
+        backend in one process)."""
+        return {}
 
     async def set_model_url(self, base_url: str) -> None:
         """The model answers at ``base_url`` now (it deployed while the backend started); a backend that built its

@@ -103,6 +103,8 @@ class Node:
     generation: int = 0
     alive: bool = True
     unreachable_at: float | None = None
+    left_why: str | None = None
+    """Why the farm counts the node as gone (``cluster.workers.membership``), for the run's summary; None: alive."""
     """When the farm gave up on the node while Ray still listed it (``cluster.workers.membership``), or None."""
     starting: asyncio.Task | None = None
     ran: int = 0

@@ -186,7 +186,10 @@ async def _execute(job: Job, say: Callable[[str], None]) -> dict[str, Any]:
         summary["kept_workers"] = kept
         if summary.get("startup"):
             summary["startup"]["workers_reused"] = f"{kept['reused']}/{kept['reused'] + kept['started']}"
-    summary["nodes_lost"] = assembly.backend.lost_nodes() if assembly.backend is not None else []
+    if assembly.model_outages:  # replicas lost during the run (a model node died) and how long until all ran again
+        summary["model_tier"] = assembly.model_outages
+    lost = assembly.backend.lost_nodes() if assembly.backend is not None else {}
+    summary["nodes_lost"], summary["nodes_lost_why"] = sorted(lost), lost
     summary["transfers"] = assembly.backend.transfers if assembly.backend is not None else None
     swe = write_swe_outputs(job.store, job.run_id, model_name(job.raw), latest)
     del latest

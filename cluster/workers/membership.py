@@ -71,17 +71,20 @@ class NodeMembership:
         for node in self.nodes.values():
             if node.alive and node.node_id not in alive:
                 node.alive = False
+                node.left_why = node.left_why or "Ray declared it dead: its health checks failed (a network " \
+                                                 "partition, or the machine is down)"
                 if node.index == 0:
-                    print(f"[farm] node {node.node_id[:8]} left the cluster; its rollouts run elsewhere",
-                          file=self.out, flush=True)
+                    print(f"[farm] node {node.node_id[:8]} left the cluster ({node.left_why}); its rollouts run "
+                          "elsewhere", file=self.out, flush=True)
             elif not node.alive and node.node_id in alive and node.unreachable_at is not None \
                     and time.monotonic() - node.unreachable_at > UNREACHABLE_RETRY:
-                node.alive, node.unreachable_at = True, None  # Ray still lists it: one more try
+                node.alive, node.unreachable_at, node.left_why = True, None, None  # Ray still lists it: one more try
                 if node.actor is None and node.starting is None:
                     self._start_worker(node)
             elif node.alive and node.actor is None and node.starting is None:
-                if node.lost_workers and not await raylet_answers(alive[node.node_id]):
-                    self._unreachable(node.node_id, "its worker died and its raylet does not answer")
+                silent = await raylet_silent(alive[node.node_id]) if node.lost_workers else None
+                if silent:
+                    self._unreachable(node.node_id, f"its worker died and {silent}")
                     continue
                 self._start_worker(node)
         await self._notify()
@@ -167,15 +170,16 @@ class NodeMembership:
             return
         for node in self.nodes.values():
             if node.node_id == node_id:
-                node.alive, node.unreachable_at = False, time.monotonic()
+                node.alive, node.unreachable_at, node.left_why = False, time.monotonic(), why
         print(f"[farm] node {node_id[:8]} left the cluster ({why}); its rollouts run elsewhere", file=self.out,
               flush=True)
 
     async def _probe_after_loss(self, node_id: str) -> None:
         """Right after a worker died: is its node there at all? (Not waiting for the next look at the nodes.)"""
         info = self._listed.get(node_id)
-        if info is not None and not await raylet_answers(info):
-            self._unreachable(node_id, "its worker died and its raylet does not answer")
+        silent = await raylet_silent(info) if info is not None else None
+        if silent:
+            self._unreachable(node_id, f"its worker died and {silent}")
             await self._notify()
 
     def _worker_lost(self, node: Node, generation: int, exc: BaseException) -> None:
@@ -212,15 +216,19 @@ def start_split(spawned: float, started: dict[str, float]) -> str:
             f"images listed {started['images']:.1f}, calls {rest:.1f})")
 
 
-async def raylet_answers(info: dict, timeout: float = 3.0) -> bool:
-    """Whether the node's raylet accepts a connection on its port (a dead machine's does not: refused at once, or
-    no answer within ``timeout``). Unknown address: assumed there."""
+async def raylet_silent(info: dict, timeout: float = 3.0) -> str | None:
+    """None when the node's raylet accepts a connection on its port (an unknown address is assumed there); else why
+    not, in words that tell a dead raylet on a machine that answers (refused at once) from a machine the network
+    does not reach (no answer within ``timeout``, or no route: a partition, or the machine is down)."""
     host, port = info.get("NodeManagerAddress"), info.get("NodeManagerPort")
     if not host or not port:
-        return True
+        return None
     try:
         _, writer = await within(asyncio.open_connection(host, int(port)), timeout)
-    except (OSError, asyncio.TimeoutError):
-        return False
+    except ConnectionRefusedError:
+        return f"its raylet is gone ({host}:{port} refuses connections)"
+    except (OSError, asyncio.TimeoutError) as exc:
+        how = f"no answer within {timeout:g}s" if isinstance(exc, asyncio.TimeoutError) else str(exc)
+        return f"it is unreachable ({host}:{port}: {how}; a network partition, or the machine is down)"
     writer.close()
-    return True
+    return None

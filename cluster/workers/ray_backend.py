@@ -165,9 +165,10 @@ class RayBackend(NodeMembership, Backend):
     def node_limits(self, last: int | None = None) -> dict[str, dict[str, Any]] | None:
         return self.limits.report(last)
 
-    def lost_nodes(self) -> list[str]:
-        """The ids of the nodes that left the cluster during the run."""
-        return sorted({n.node_id for n in self.nodes.values() if not n.alive})
+    def lost_nodes(self) -> dict[str, str]:
+        """The nodes that left the cluster during the run, by id: why each counts as gone."""
+        first = sorted(self.nodes.values(), key=lambda n: -n.index)  # a node's first worker's reason, set last
+        return {n.node_id: n.left_why or "it left the cluster" for n in first if not n.alive}
 
     def workers(self) -> list[Any]:
         """Handles of the live worker actors."""

@@ -188,24 +188,44 @@ def ensure_instance_image(task: Task, base: str = DEFAULT_BASE_IMAGE, network: b
     budget_bytes = budget_bytes if budget_bytes is not None else _node_budget
     with _locks_guard:
         lock = _locks.setdefault(tag, threading.Lock())
-    added = False
     with lock:
         client = docker_client()
-        if not image_present(client, tag):
-            added = True  # built here or fetched: either way the node's images grew
-            # a registry's layers first (the node may hold the base already); then a build here from the repository
-            if fetch_image(tag, client, layered_only=True) is None:
-                if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
-                    if not image_present(client, base):
-                        ensure_image(base, client)
-                    with _build_slots:
-                        _build_one(task, Path("/"), base, False, network)
-                else:
-                    ensure_image(tag, client)
-        record_use(tag)
+        try:
+            added = _ensure_locked(task, tag, base, network, client)
+        except OSError as exc:  # the SDK's transport and API errors are OSErrors (requests'), as a missing file is
+            if daemon_answers(client):
+                raise
+            raise ImageError(f"the docker daemon stopped answering while {tag} was prepared: {exc}",
+                             retryable=True) from exc
     if added and budget_bytes is not None:
         try:
             prune_instance_images(budget_bytes, client=client, keep={tag} | recently_used(RECENT_USE_KEEP))
         except Exception as exc:  # the image is built: a failed clean-up must not fail the rollout
             print(f"pruning instance images failed: {exc}")
     return tag
+
+
+def _ensure_locked(task: Task, tag: str, base: str, network: bool, client: Any) -> bool:
+    """``ensure_instance_image``'s work under the tag's lock; whether the node's images grew (built here or
+    fetched)."""
+    added = not image_present(client, tag)
+    # a registry's layers first (the node may hold the base already); then a build here from the repository
+    if added and fetch_image(tag, client, layered_only=True) is None:
+        if task.data.get("repo_path") and not any(task.data.get(k) for k in NAME_FIELDS):
+            if not image_present(client, base):
+                ensure_image(base, client)
+            with _build_slots:
+                _build_one(task, Path("/"), base, False, network)
+        else:
+            ensure_image(tag, client)
+    record_use(tag)
+    return added
+
+
+def daemon_answers(client: Any) -> bool:
+    """Whether the docker daemon answers a ping now (an error while it does not is the daemon's, not the task's)."""
+    try:
+        client.ping()
+    except Exception:  # noqa: BLE001 - any failure to answer is "no"
+        return False
+    return True

@@ -121,8 +121,14 @@ def format_table(summary: dict[str, Any]) -> str:
                                 f"{retried['seconds']:.1f}s of work ran again"))
     for node in summary.get("nodes_lost") or []:
         cost = (retried.get("by_node") or {}).get(node, {})
+        why = (summary.get("nodes_lost_why") or {}).get(node)
         rows.append(("node lost", f"{node[:8]}: {cost.get('attempts', 0)} attempts ran again elsewhere "
-                                  f"({cost.get('seconds', 0.0):.1f}s of work)"))
+                                  f"({cost.get('seconds', 0.0):.1f}s of work)" + (f"; {why}" if why else "")))
+    for outage in (summary.get("model_tier") or {}).get("outages", []):
+        back = (f"recovered: all {summary['model_tier']['replicas']} running again after {outage['seconds']:.1f}s"
+                if outage["seconds"] is not None else "not all running again by the end")
+        rows.append(("model tier", f"{outage['lost']} of {summary['model_tier']['replicas']} replicas lost "
+                                   f"{outage['at']:.0f}s into the run; {back}"))
     moved = (summary.get("transfers") or {}).get("total") or {}
     if moved.get("images") or moved.get("file_bytes"):
         nodes = summary["transfers"]["by_node"]
