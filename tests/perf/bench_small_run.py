@@ -163,7 +163,9 @@ def farm_round(tmp: Path, n: int, label: str, one_process: bool = False, cluster
     return {"wall": wall, "cpu": cpu, "ok": code == 0 and resolved == n, "resolved": resolved,
             "error": farm_error(code, home / run_id, log), "startup": summary.get("startup"), "log": log,
             "reused": "options and policy: reused" in text,
-            "workers_reused": bool(kept.get("reused")) and not kept.get("started")}
+            "workers_reused": bool(kept.get("reused")) and not kept.get("started"),
+            "workers_refused": next((line.split(": ", 1)[1] for line in text.splitlines()
+                                     if "[farm] kept worker" in line and "is not reused: " in line), "")}
 
 
 def farm_error(code: int, run_dir: Path, log: Path) -> str:
@@ -327,7 +329,7 @@ def print_table(walls: dict[str, list[dict]], args: argparse.Namespace) -> None:
         kept = sum(1 for r in standing if r["workers_reused"])
         print(f"{'farm: --address, standing cluster':<34} {s_wall:7.1f} {med(standing, 'cpu'):6.1f}   "
               f"{rounds(standing):<18} a later run on a running cluster (started once, untimed); model app reused in "
-              f"{reused}/{len(standing)} runs, workers reused in {kept}/{len(standing)}; "
+              f"{reused}/{len(standing)} runs, workers reused in {kept}/{len(standing)}{refusals(standing)}; "
               f"{s_split.get('seconds', float('nan')):.1f}s to the first call "
               f"({', '.join(f'{k} {v:.1f}' for k, v in (s_split.get('parts') or {}).items())}); then rollouts, "
               f"teardown and exit {s_wall - s_split.get('seconds', float('nan')):.1f}s")
@@ -350,6 +352,12 @@ def print_table(walls: dict[str, list[dict]], args: argparse.Namespace) -> None:
     print(f"CPU floor of the Ray run on {cores} cores: {med(farm, 'cpu'):.1f} CPU-s / {cores} = {floor:.1f}s even with "
           f"every part overlapped ({floor / m_wall:.2f}x mini-swe-agent's wall); Ray and Serve cost "
           f"{med(farm, 'cpu') - med(one, 'cpu'):.1f} CPU-s over the one-process run")
+
+
+def refusals(rounds: list[dict]) -> str:
+    """Why kept workers were not reused in some rounds (their imported files changed since: a new process then)."""
+    refused = [r["workers_refused"] for r in rounds if r["workers_refused"]]
+    return f" ({len(refused)} kept worker(s) refused the lease: {refused[0]})" if refused else ""
 
 
 def print_ratio(name: str, ours: float, base: float, ours_rounds: list[dict], base_rounds: list[dict], note: str,
