@@ -106,28 +106,6 @@ exec {ray} start --address={self.head} --node-ip-address={self.address} --num-cp
         return (f"dockerd --config-file {config} --data-root {data} --exec-root {run} --pidfile {self.root}/docker.pid"
                 f" -H {self.docker_host} --iptables=false --ip-masq=false --cgroup-parent=/{self.cgroup}")
 
-    def stop_daemon(self, timeout: float = 60) -> None:
-        """The machine's docker daemon stopped as a restart stops it (SIGTERM: it stops its containers first); the
-        machine's raylet and workers go on."""
-        pid = int((self.root / "docker.pid").read_text())
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-    def start_daemon(self, timeout: float = 60) -> None:
-        """The machine's docker daemon started again, inside the machine (its mount and network namespaces), as it
-        was first started."""
-        if self.process is None or self.process.poll() is not None:
-            raise RuntimeError(f"machine {self.name} is not running")
-        subprocess.Popen(["nsenter", "-t", str(self.process.pid), "-m", "-n", "bash", "-c",
-                          f"exec {self.dockerd_command()} >> {self.root}/dockerd.log 2>&1"], start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while self.docker("info").returncode != 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"machine {self.name}'s daemon did not answer again: {self.logs()}")
-            time.sleep(0.5)
-
     def start(self, timeout: float = 90) -> "Machine":
         self.root.mkdir(parents=True, exist_ok=True)
         self.netns.create()

@@ -21,6 +21,7 @@ def run(address: str, where: Path, run_id: str, *extra: str) -> str:
     command = [sys.executable, "-m", "cluster", "run", str(PROJECT / "configs" / "swe_demo.yaml"), f"run_id={run_id}",
                f"farm.address={address}", "runtime.type=local", "serve.keep=true", "serve.name=standing-model",
                "serve.route_prefix=/standing", f"dataset.path={where / 'swe_mini.jsonl'}",
+               "farm.keep_workers_idle=0",  # no worker kept in the session's cluster (test_kept_workers.py: kept ones)
                f"output.dir={where / run_id}", *extra]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(PROJECT)}
     env.pop("RAY_ADDRESS", None)
