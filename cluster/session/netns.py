@@ -55,7 +55,10 @@ class Network:
 
     def create(self) -> "Network":
         if not self.exists():
-            ip("link", "add", "name", self.name, "type", "bridge")
+            # A MAC of its own: a bridge without one takes its lowest port's, so a machine that leaves could change
+            # the gateway's MAC under the others, whose ARP entries then send every packet for the head nowhere
+            # until they expire (long enough for Ray to declare those machines dead).
+            ip("link", "add", "name", self.name, "address", f"02:52:46:c7:{self.third:02x}:01", "type", "bridge")
             ip("addr", "add", f"{self.gateway}/24", "dev", self.name)
         ip("link", "set", self.name, "up")
         if shutil.which("iptables") and not self._forwarding("-C"):
