@@ -47,16 +47,24 @@ def docker_client(timeout: int = DOCKER_TIMEOUT) -> Any:
         raise ImageError(f"cannot reach the docker daemon: {exc}", retryable=True) from None
 
 
+ENGINE_FAILURES = ("OCI runtime", "shim task", "runc", "containerd")
+"""Words of a build step that failed because the engine could not start the step's container (its runtime failed
+under load, say), not because the step's command failed: another try may pass."""
+
+
 def docker_build(client: Any, tag: str, **options: Any) -> None:
     """``client.images.build(tag=tag, **options)``, its failure an ``ImageError`` naming the tag: a failed step with
-    the build's last lines (final), the daemon's error or its silence past the client's timeout (retryable)."""
+    the build's last lines (final, unless the engine failed to run the step: ``ENGINE_FAILURES``), the daemon's error
+    or its silence past the client's timeout (retryable)."""
     import docker
 
     try:
         client.images.build(tag=tag, **options)
     except docker.errors.BuildError as exc:
         lines = [str(e.get("stream") or e.get("error") or "") for e in exc.build_log]
-        raise ImageError(f"docker build of {tag} failed: {exc.msg}\n{last_lines(''.join(lines))}") from None
+        engine = any(word in str(exc.msg) for word in ENGINE_FAILURES)
+        raise ImageError(f"docker build of {tag} failed: {exc.msg}\n{last_lines(''.join(lines))}",
+                         retryable=engine) from None
     except docker.errors.APIError as exc:
         raise ImageError(f"docker build of {tag} failed: {exc}", retryable=True) from None
     except Exception as exc:  # a timeout from the client's HTTP session

@@ -59,6 +59,32 @@ def test_image_for_reads_a_loaded_task_like_its_row(tmp_path):
     assert image_for(task) == image_for(task.data) == image_for(row)
 
 
+@pytest.mark.parametrize("message, retryable", [
+    ("The command '/bin/sh -c test -d /nope' returned a non-zero code: 1", False),
+    ("COPY failed: file not found in build context or excluded by .dockerignore: stat testbed: file does not exist",
+     False),
+    ('failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: '
+     'error during container init: writing syncT "procResume": write init-p: broken pipe: unknown', True),
+])
+def test_a_build_step_the_engine_could_not_start_is_retried_and_a_failed_command_is_final(message, retryable):
+    """The engine's own failure to run a step (CI saw runc's, under load) is infrastructure: the rollout runs again;
+    the step's command failing, or the build's input missing, is the row's: final, with the build's last lines."""
+    import docker
+
+    from envs.images.base_image import docker_build
+
+    class Engine:  # the fault, injected where the SDK raises it
+        class images:
+            @staticmethod
+            def build(**options):
+                raise docker.errors.BuildError(message, [{"stream": "Step 5/5 : RUN git status\n"}])
+
+    with pytest.raises(ImageError) as caught:
+        docker_build(Engine(), "rollout-farm/instance:x")
+    assert caught.value.retryable is retryable
+    assert "rollout-farm/instance:x" in str(caught.value) and "Step 5/5" in str(caught.value)
+
+
 def test_image_error_is_a_container_start_failure_that_pickles():
     error = pickle.loads(pickle.dumps(ImageError("image x is missing")))
     assert isinstance(error, ContainerStartError) and error.exit_reason is ExitReason.CONTAINER_START_FAILED
