@@ -33,7 +33,15 @@ def head_files(head_root) -> Path:
 def machines(ray_cluster, head_root, request, stop_after_last_user) -> Machines:
     need_machines()
     pool = Machines(ray_cluster.get_runtime_context().gcs_address, head_root)
-    stop_after_last_user(request, pool.stop)
+
+    def stop() -> None:
+        pool.stop()
+        from ray import serve
+
+        serve.shutdown()  # the runs started it listening beyond loopback (its face then asks for a key): later
+        # tests start their own on 127.0.0.1
+
+    stop_after_last_user(request, stop)
     return pool
 
 
