@@ -53,22 +53,39 @@ def exec_argv(
     pwd: str,
     env: Mapping[str, str] | None = None,
     binary: str | None = None,
+    limits_inside: bool = True,
 ) -> list[str]:
-    """``exec`` into the instance, the command under ``timeout`` so it is killed inside the container too.
+    """``exec`` into the instance, the command under ``timeout`` so it is killed inside the container too, and under
+    the farm's resource limits (``limits_argv``): set inside the container, on the command alone
+    (``limits_inside``), or, for an image without ``prlimit``, on the CLI that execs it (``LIMITS_SAFE_OUTSIDE``).
 
     Variables go through coreutils ``env`` rather than ``--env``: the CLI parses ``--env`` values as
     CSV when they hold a second ``=`` and strips quotes around them, which would change some values.
     """
     variables = {**config.env, **(env or {})}
-    argv = [*limits_argv(config), binary or config.binary or "apptainer", "exec", "--cleanenv", "--pwd", pwd, f"instance://{name}"]
+    limits = limits_argv(config)
+    argv = [binary or config.binary or "apptainer", "exec", "--cleanenv", "--pwd", pwd, f"instance://{name}"]
+    argv = [*argv, *limits] if limits_inside else [*limits, *argv]
     argv += ["timeout", "-k", _seconds(config.kill_grace), _seconds(timeout)]
     argv += ["env", *(f"{key}={value}" for key, value in variables.items())] if variables else []
     return [*argv, *config.shell, command]
 
 
+LIMITS_SAFE_OUTSIDE = frozenset({"core", "cpu", "fsize", "memlock"})
+"""The limits that may be set on apptainer's CLI when the image has no ``prlimit``: the CLI and its starter inherit
+them too, and these bound nothing they need. The others do: under an address-space, data, process-count, open-file
+or stack limit meant for the command, apptainer's Go runtime fails (``fatal error: out of memory`` when the node is
+busy), and the command's output would be its crash."""
+
+
+def limit_names(config: ApptainerRuntimeConfig) -> set[str]:
+    """The resource limits set on each command (``runtime.ulimits`` and ``max_file_size``'s ``fsize``)."""
+    return set(config.ulimits) | ({"fsize"} if config.max_file_size is not None else set())
+
+
 def limits_argv(config: ApptainerRuntimeConfig) -> list[str]:
-    """``prlimit --fsize=N:N ... --``: the resource limits the command inherits (through the CLI and apptainer's
-    starter, into the container), where an unprivileged user has no cgroups; empty when none are set."""
+    """``prlimit --fsize=N:N ... --``: the resource limits the command runs under, where an unprivileged user has no
+    cgroups; empty when none are set."""
     limits = dict(config.ulimits)
     if config.max_file_size is not None:
         limits.setdefault("fsize", config.max_file_size)

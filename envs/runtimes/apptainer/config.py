@@ -71,7 +71,9 @@ class ApptainerRuntimeConfig(StrictModel):
     """More resource limits the farm sets on each command (no cgroups needed), ``{"nproc": 512, "as": "4g"}``:
     names are ``setrlimit``'s (as, core, cpu, data, fsize, memlock, nofile, nproc, stack), a value ``n`` or
     ``soft:hard``, sizes with k/m/g. ``nproc`` counts every process of the user on the node, and the kernel
-    does not apply it to root."""
+    does not apply it to root. Set inside the container with the image's ``prlimit`` (util-linux), on the command
+    alone; an image without it takes only core, cpu, fsize and memlock (set on apptainer's CLI, which they do not
+    hinder) and refuses the others at start."""
     start_args: list[str] = Field(default_factory=list)
     """More ``instance start`` flags, verbatim (``--fakeroot``, ``--nv``)."""
     env: dict[str, str] = Field(default_factory=dict)

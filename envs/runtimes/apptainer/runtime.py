@@ -23,7 +23,9 @@ from envs.images.apptainer_images import ensure_sif, find_binary
 from envs.runtimes import exit_stops
 from envs.runtimes.apptainer import owner_watch
 from envs.runtimes.apptainer.argv import (  # noqa: F401 - re-exported
+    LIMITS_SAFE_OUTSIDE,
     exec_argv,
+    limit_names,
     limits_argv,
     list_argv,
     start_argv,
@@ -58,6 +60,8 @@ class ApptainerRuntime:
         self._started = False
         self._closed = False
         self._running: set[int] = set()  # process groups of CLI processes in flight, killed on close()
+        self._limits_inside = True
+        """The resource limits are set inside the container, on each command alone (``_place_limits``)."""
 
     @classmethod
     def from_config(cls, config: ApptainerRuntimeConfig | Mapping[str, Any], **deps: Any) -> ApptainerRuntime:
@@ -73,16 +77,6 @@ class ApptainerRuntime:
         if self._started:
             return
         binary = find_binary(self.config.binary)
-        limits = limits_argv(self.config)
-        if limits:  # set on each command with prlimit: one try first, so a limit that cannot be set names its field
-            try:
-                tried = await run_capped([*limits, "true"], timeout=30.0, max_output_bytes=_CONTROL_CAP)
-            except RuntimeFailure as exc:  # no prlimit (util-linux) on PATH
-                raise ContainerStartError(f"runtime.ulimits / max_file_size are set with prlimit: {exc}",
-                                          retryable=False) from exc
-            if tried.returncode != 0:
-                raise ContainerStartError(f"runtime.ulimits / max_file_size cannot be set here: {tried.output.strip()}"
-                                          " (a limit above the hard limit this process has)", retryable=False)
         sif = await ensure_sif(binary, self.config.image, self.config.cache_dir, self.config.build_timeout,
                                convert_to=self.config.convert_to, transport=self.config.transport)
         try:
@@ -108,12 +102,51 @@ class ApptainerRuntime:
                 f"instance start of {self.config.image} failed ({failure_reason(ran)}): {ran.output[-_TAIL:]}"
             )
         self._started = True
+        if limits_argv(self.config):
+            await self._place_limits()
         if self.mount != self.config.workdir:  # the workdir is the image's, or made in its writable layer
             made = await self.exec(f"mkdir -p {shlex.quote(self.config.workdir)}", cwd="/")
             if made.returncode != 0:
                 await self.close()
                 raise ContainerStartError(f"cannot make workdir {self.config.workdir} in {self.config.image}: "
                                           f"{made.output[-_TAIL:]}", retryable=False)
+
+    async def _place_limits(self) -> None:
+        """Where the farm's resource limits are set: inside the container, on each command alone, when the image has
+        ``prlimit``; on the CLI that execs it when it has none and each limit is safe there (``LIMITS_SAFE_OUTSIDE``);
+        else the start fails naming the field. Tried once here, so a limit that cannot be set names its field."""
+        limits, image = limits_argv(self.config), self.config.image
+        probe = [self.binary, "exec", "--cleanenv", f"instance://{self.name}", *limits, "true"]
+        tried = await run_capped(probe, timeout=self.config.start_timeout, max_output_bytes=_CONTROL_CAP)
+        if tried.returncode == 0:
+            return
+        if tried.timed_out or "no instance found" in tried.output:
+            await self.close()
+            raise ContainerStartError(f"instance {self.name} did not answer ({failure_reason(tried)}): "
+                                      f"{tried.output[-_TAIL:]}")
+        if not _not_found("prlimit", tried.output):
+            await self.close()
+            raise ContainerStartError(f"runtime.ulimits / max_file_size cannot be set in {image}: "
+                                      f"{tried.output.strip()[-_TAIL:]} (a limit above the hard limit it has)",
+                                      retryable=False)
+        unsafe = sorted(limit_names(self.config) - LIMITS_SAFE_OUTSIDE)
+        if unsafe:
+            await self.close()
+            raise ContainerStartError(
+                f"runtime.ulimits {', '.join(unsafe)}: {image} has no prlimit (util-linux) to set them on the command "
+                "alone, and set on apptainer's CLI they would bound its own runtime too; add util-linux to the image, "
+                "or keep to " + ", ".join(sorted(LIMITS_SAFE_OUTSIDE)), retryable=False)
+        try:
+            on_host = await run_capped([*limits, "true"], timeout=30.0, max_output_bytes=_CONTROL_CAP)
+        except RuntimeFailure as exc:  # no prlimit (util-linux) on this host's PATH either
+            await self.close()
+            raise ContainerStartError(f"runtime.ulimits / max_file_size are set with prlimit, which neither {image} "
+                                      f"nor this node has: {exc}", retryable=False) from exc
+        if on_host.returncode != 0:
+            await self.close()
+            raise ContainerStartError(f"runtime.ulimits / max_file_size cannot be set here: {on_host.output.strip()}"
+                                      " (a limit above the hard limit this process has)", retryable=False)
+        self._limits_inside = False
 
     async def exec(
         self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
@@ -122,7 +155,8 @@ class ApptainerRuntime:
         self._check_open()
         limit = max(self.config.timeout if timeout is None else timeout, 0.001)  # `timeout 0` would mean no limit
         pwd = posixpath.normpath(posixpath.join(self.config.workdir, cwd)) if cwd else self.config.workdir
-        argv = exec_argv(self.config, self.name, command, timeout=limit, pwd=pwd, env=env, binary=self.binary)
+        argv = exec_argv(self.config, self.name, command, timeout=limit, pwd=pwd, env=env, binary=self.binary,
+                         limits_inside=self._limits_inside)
         # The host deadline only catches a hung CLI: the in-container `timeout` normally ends the command first.
         host_limit = limit + self.config.kill_grace + self.config.host_grace
         ran = await run_capped(
@@ -226,6 +260,12 @@ class ApptainerRuntime:
     def _staging(self) -> tuple[str, str]:
         name = f".rollout-io-{uuid.uuid4().hex}"
         return os.path.join(self.workspace, name), posixpath.join(self.mount, name)
+
+
+def _not_found(program: str, output: str) -> bool:
+    """The CLI's answer to an ``exec`` of ``program`` the image does not have (``"prlimit": executable file not
+    found in $PATH``)."""
+    return f'"{program}": executable file not found' in output
 
 
 def _stop_instance(binary: str, name: str, workspace: str | None) -> None:

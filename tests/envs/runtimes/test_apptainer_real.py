@@ -154,9 +154,38 @@ def test_memory_beyond_the_address_space_limit_fails_the_command_not_the_node(so
         hog = await rt.exec('python3 -c "b = bytearray(8 << 30)"', timeout=60)
         return hog, await rt.exec("echo alive")
 
-    hog, after = run(scenario, runtime(source, cache, tmp_path, ulimits={"as": "1g"}))
+    # 256m: less than apptainer's own Go runtime reserves, so the limit must be on the command alone (set on the CLI
+    # it crashed every exec with `fatal error: failed to reserve page summary memory`; at 1g, on a busy node)
+    hog, after = run(scenario, runtime(source, cache, tmp_path, ulimits={"as": "256m"}))
     assert hog.returncode != 0 and "MemoryError" in hog.output, hog
     assert after.output == "alive\n"
+
+
+@pytest.fixture(scope="module")
+def without_prlimit(source, base_image) -> str:
+    """The base image without util-linux's ``prlimit`` (as a minimal image may be)."""
+    tag = f"rollout-farm/test-no-prlimit:{uuid.uuid4().hex[:8]}"
+    built = subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=f"FROM {base_image}\n"
+                           "RUN rm /usr/bin/prlimit\n", capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    yield f"docker-daemon:{tag}"
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def test_an_image_without_prlimit_keeps_the_file_size_limit_and_refuses_a_memory_limit(without_prlimit, cache,
+                                                                                      apptainer_binary, tmp_path):
+    async def scenario(rt):
+        return await rt.exec("dd if=/dev/zero of=big bs=1M count=200", timeout=120), await rt.exec("echo alive")
+
+    dd, after = run(scenario, runtime(without_prlimit, cache, tmp_path, max_file_size="64m"))
+    assert dd.returncode != 0 and "File size limit exceeded" in dd.output, dd  # set on the CLI: safe there
+    assert after.output == "alive\n"
+    refused_rt = runtime(without_prlimit, cache, tmp_path, ulimits={"as": "1g"})
+    with pytest.raises(ContainerStartError, match="runtime.ulimits as: .* has no prlimit") as refused:
+        asyncio.run(refused_rt.start())
+    assert not refused.value.retryable
+    listed = subprocess.run([apptainer_binary, "instance", "list"], capture_output=True, text=True).stdout
+    assert refused_rt.name not in listed and os.listdir(tmp_path / "ws") == []  # its instance stopped, workspace gone
 
 
 def test_no_network_but_loopback_and_nothing_of_the_host_answers(source, cache, tmp_path):

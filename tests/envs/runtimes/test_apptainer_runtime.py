@@ -24,6 +24,7 @@ from envs.runtimes.apptainer.runtime import (
     ApptainerRuntime,
     ApptainerRuntimeConfig,
     exec_argv,
+    limits_argv,
     start_argv,
     stop_argv,
     workspace_mount,
@@ -63,7 +64,10 @@ case "$1 $2" in
     pwd=${pwd/#"$mount"/"$host"}
     set -- "${@//"$mount"/"$host"}"
     cd "$pwd" 2>/dev/null || fail "could not change directory to $pwd"
-    [ -n "$FAKE_IGNORE_TIMEOUT" ] && shift 4
+    if [ -n "$FAKE_IGNORE_TIMEOUT" ]; then  # drop `timeout -k K T` (after the limits' prlimit ... --)
+      kept=(); while [ $# -gt 0 ]; do [ "$1" = timeout ] && { shift 4; continue; }; kept+=("$1"); shift; done
+      set -- "${kept[@]}"
+    fi
     mkdir -p "$here/home"  # like --containall: a clean environment and an empty home
     exec env -i PATH="$PATH" HOME="$here/home" "$@" ;;
 esac
@@ -162,11 +166,14 @@ def test_start_argv_uses_the_configured_binary_by_default():
     assert start_argv(ApptainerRuntimeConfig(binary="singularity"), "i.sif", "n", "/ws")[0] == "singularity"
 
 
-def test_exec_argv_wraps_the_command_in_timeout_inside_the_instance():
+def test_exec_argv_wraps_the_command_in_its_limits_and_timeout_inside_the_instance():
     argv = exec_argv(ApptainerRuntimeConfig(), "r1", "ls -la", timeout=30, pwd="/workspace", binary="ap")
-    expected = ("prlimit --fsize=1073741824:1073741824 -- "  # the file size limit, 1g by default
-                "ap exec --cleanenv --pwd /workspace instance://r1 timeout -k 2 30 bash -lc")
+    expected = ("ap exec --cleanenv --pwd /workspace instance://r1 "
+                "prlimit --fsize=1073741824:1073741824 -- "  # the file size limit, 1g by default: on the command alone
+                "timeout -k 2 30 bash -lc")
     assert argv == [*expected.split(), "ls -la"]
+    outside = exec_argv(ApptainerRuntimeConfig(), "r1", "ls", timeout=30, pwd="/w", binary="ap", limits_inside=False)
+    assert outside[:4] == ["prlimit", "--fsize=1073741824:1073741824", "--", "ap"]  # an image without prlimit
 
 
 def test_exec_argv_passes_variables_exactly_with_per_call_ones_winning():
@@ -180,12 +187,12 @@ def test_exec_argv_passes_variables_exactly_with_per_call_ones_winning():
 
 def test_the_farm_sets_resource_limits_on_each_command_with_prlimit():
     config = ApptainerRuntimeConfig(max_file_size="64m", ulimits={"nproc": "256:512", "as": "2g", "nofile": 1024})
-    prefix = exec_argv(config, "r1", "true", timeout=1, pwd="/w", binary="ap")[:6]
-    assert prefix == ["prlimit", "--as=2147483648:2147483648", "--fsize=67108864:67108864", "--nofile=1024:1024",
+    limits = exec_argv(config, "r1", "true", timeout=1, pwd="/w", binary="ap")[6:12]
+    assert limits == ["prlimit", "--as=2147483648:2147483648", "--fsize=67108864:67108864", "--nofile=1024:1024",
                       "--nproc=256:512", "--"]
-    assert exec_argv(ApptainerRuntimeConfig(max_file_size=None), "r1", "true", timeout=1, pwd="/w")[0] == "apptainer"
+    assert "prlimit" not in exec_argv(ApptainerRuntimeConfig(max_file_size=None), "r1", "true", timeout=1, pwd="/w")
     in_bytes = ApptainerRuntimeConfig(max_file_size="4096b", ulimits={"cpu": "unlimited"})  # every form the fields take
-    assert exec_argv(in_bytes, "r1", "true", timeout=1, pwd="/w")[:4] == [
+    assert exec_argv(in_bytes, "r1", "true", timeout=1, pwd="/w")[6:10] == [
         "prlimit", "--cpu=unlimited:unlimited", "--fsize=4096:4096", "--"]
 
 
@@ -279,8 +286,8 @@ def test_the_cli_receives_exactly_the_built_command_lines(fake_cli, tmp_path, si
     config = rt.config
     assert fake_cli.calls() == [
         start_argv(config, sif, rt.name, rt.workspace, fake_cli.path)[1:],
-        # after prlimit, its one limit and its --
-        exec_argv(config, rt.name, "pwd; echo $PAGER", timeout=5, pwd="/workspace", env={"X": "1"})[4:],
+        ["exec", "--cleanenv", f"instance://{rt.name}", *limits_argv(config), "true"],  # the limits tried once
+        exec_argv(config, rt.name, "pwd; echo $PAGER", timeout=5, pwd="/workspace", env={"X": "1"})[1:],
         stop_argv(fake_cli.path, rt.name)[1:],
     ]
 
