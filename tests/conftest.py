@@ -142,6 +142,21 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.fixture
+def serve_as_found(ray_cluster):
+    """For a test whose runs join the session's cluster: Serve shut down after it when it started Serve. Such a run
+    starts Serve with its proxies on every interface, where the model's face asks for a key; the serving tests after
+    it start their own on 127.0.0.1, where it asks none (``test_service_credentials.py`` checks that it does not)."""
+    from ray import serve
+
+    from cluster.session.ray_private import serve_running
+
+    was_running = serve_running()
+    yield
+    if not was_running and serve_running():
+        serve.shutdown()
+
+
 @pytest.fixture(scope="session")
 def docker_bridge_ip() -> str:
     """The host's address on docker's default bridge (docker0), where a container on "bridge" can reach the host:

@@ -32,7 +32,7 @@ def run(address: str, where: Path, run_id: str, *extra: str) -> str:
     return out
 
 
-def test_a_second_identical_run_reuses_the_kept_application(ray_cluster, tmp_path):
+def test_a_second_identical_run_reuses_the_kept_application(ray_cluster, serve_as_found, tmp_path):
     from ray import serve
 
     address = ray_cluster.get_runtime_context().gcs_address
