@@ -107,10 +107,13 @@ class Composer:
         self.config = config
         self.model_component = component(MODELS, with_policy_path(config.model, "model.policy"), "model")
         serve, model_config = config.deployed, self.model_component.config
+        overrides: dict[str, Any] = {}
         if serve is not None and isinstance(model_config, EndpointModelConfig):  # what the model tier's kind sets
             overrides = app_for(serve).model_overrides(serve, model_config)
-            if overrides:
-                self.model_component = Component(self.model_component.cls, model_config.model_copy(update=overrides))
+        elif config.played_here is not None and isinstance(model_config, EndpointModelConfig):
+            overrides = {"api_key": config.played_here.key()}  # the run's own server needs it beyond loopback
+        if overrides:
+            self.model_component = Component(self.model_component.cls, model_config.model_copy(update=overrides))
         self.trusted_model = model_is_scripted(config)
         self.gateways: list[SandboxGateway] = []
         """The model gateways this run opens for agents that need one (``TakesGateway``), one per profile."""

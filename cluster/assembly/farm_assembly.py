@@ -35,6 +35,7 @@ from cluster.serving.kinds import app_for
 from cluster.serving.replica_watch import ReplicaWatch
 from cluster.serving.scripted_server.for_runs import start_demo_server
 from cluster.session.connect import ClusterSession, join_address
+from rollout.access import listening_line
 from rollout.data.dataset import load_tasks
 from rollout.errors import ConfigError
 from rollout.records import Task
@@ -193,8 +194,9 @@ class FarmAssembly:
         if self.played_here is None:
             return None
         self.driver_server = await start_demo_server(self.played_here, dataset=self.dataset, remote=self.remote)
-        print(f"serving the scripted policy {self.played_here.policy!r} at {self.driver_server.url}", file=self.out,
-              flush=True)
+        print(listening_line(f"the scripted policy {self.played_here.policy!r}", self.driver_server.url,
+                             self.driver_server.token, generated=self.played_here.api_key is None,
+                             field="serve.api_key"), file=self.out, flush=True)
         return self.driver_server.url
 
     async def _start_backend(self, source: WorkerSource, settings: BackendSettings) -> Backend:

@@ -43,9 +43,6 @@ class ScriptedServerConfig(StrictModel):
     """The bearer token every request needs (``Authorization: Bearer <token>``: a client's ``api_key``), admin routes
     included. None: none on a loopback ``host``; on any other, one generated at start (``ScriptedServer.token``,
     printed once by ``rollout fake-server``)."""
-    open_beyond_loopback: bool = False
-    """Take requests without a token on a ``host`` other than loopback. Only for a run's own in-process server, whose
-    workers' client is given no key (``for_runs``); never from a config a user writes."""
     latency: float = Field(default=0.0, ge=0)
     """Seconds every completion takes, like a model's generation time."""
     policy: str | None = None

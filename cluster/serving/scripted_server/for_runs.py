@@ -1,9 +1,8 @@
 """The scripted policy over HTTP in the driver's process, for a run or a farm whose scripted ``serve`` section is
 played here (``serve.in_process``, or the local backend; ``cluster.assembly`` starts it): one starter for both. On
 127.0.0.1, unless the run joins a cluster: then on every interface, advertised with this node's address so
-workers on other nodes reach it. There it needs ``serve.api_key`` when one is set (the run's ``model.api_key`` must
-then be the same); without one it is open, since the composer gives a kind's client its fields (the key among them,
-``ServeApp.model_overrides``) only for a section deployed on Serve."""
+workers on other nodes reach it, and every request needs the section's key (``ServeSection.key``: ``serve.api_key``,
+else one generated for the run), which the composer gives the run's client."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ async def start_demo_server(section: ServeSection, *, dataset: str | Path | None
         "policy": POLICIES.resolve(section.policy), "latency": section.latency, "faults": section.faults,
         "dataset": str(dataset) if dataset is not None else None, "host": "0.0.0.0" if remote else "127.0.0.1",
         "check_model": False,  # the run's model section names the model as it likes; only the run calls it
-        "token": section.api_key, "open_beyond_loopback": True,
+        "token": section.key() if remote else section.api_key,
     }, prefix="serve")
     server = await start_scripted_server(config)
     if remote:

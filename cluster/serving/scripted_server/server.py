@@ -36,8 +36,7 @@ class ScriptedServer(ScriptedRoutes):
         self.url = self.root_url = ""
         """``http://host:port/v1`` for clients; ``root_url`` (no /v1) for /health and /admin."""
         self._runner: web.AppRunner | None = None
-        open_wide = config.open_beyond_loopback
-        self.token = config.token if open_wide else token_for(config.host, config.token)
+        self.token = token_for(config.host, config.token)
         """The token every request needs, None for none: ``config.token``, else one generated on a host other than
         loopback."""
         self.token_generated = self.token is not None and not config.token

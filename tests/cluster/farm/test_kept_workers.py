@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -207,8 +208,13 @@ def test_rollout_run_on_a_standing_cluster_says_it_reused_the_worker(kept, tmp_p
     address = kept.get_runtime_context().gcs_address
     first, s1 = run(address, tmp_path, "first")
     assert s1["kept_workers"]["reused"] == 0 and s1["kept_workers"]["started"] == 1
+    # a run that joins a cluster plays its scripted policy on every interface: keyed, its workers sent the key
+    assert re.search(r"the scripted policy 'demo' listens at http://\S+; every request needs token", first), first
     second, s2 = run(address, tmp_path, "second")
     assert "reused a kept worker" in second, second[-4000:]
+    for summary in (s1, s2):  # the kept worker calls the second run's server with the second run's key (a 401
+        assert summary["rollouts"]["infra_failed"] == 0, summary["rollouts"]  # would fail the rollout as infra)
+    assert s2["success_rate"] == s1["success_rate"] > 0
     assert s2["kept_workers"]["reused"] == 1 and s2["kept_workers"]["started"] == 0
     assert s2["startup"]["workers_reused"] == "1/1"
     assert s2["rollouts"] == s1["rollouts"], "the second run counts its own rollouts only"

@@ -82,7 +82,7 @@ def test_gold_on_the_local_runtime_resolves(tmp_path):
     rows = results(tmp_path / "swe_local")
     assert len(rows) == 2 and all(r["reward"] == 1.0 for r in rows)
     # the trajectories name the model URL the run set when it started its scripted server, not the config's default
-    url = re.search(r"serving the scripted policy 'gold' at (\S+)", out.stderr)[1]
+    url = re.search(r"the scripted policy 'gold' listens at (\S+)", out.stderr)[1]
     assert url != "http://127.0.0.1:8000/v1" and all(r["model_url"] == url for r in rows)
     for path in (tmp_path / "swe_local" / "trajectories").rglob("*.traj.json"):
         info = json.loads(path.read_text())["info"]
