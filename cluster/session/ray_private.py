@@ -75,6 +75,15 @@ def serve_running() -> bool:
     return _get_global_client(raise_if_no_controller_running=False) is not None
 
 
+def serve_details(timeout: float) -> dict[str, Any]:
+    """Serve's instance details (applications, their deployments' target and replicas by id, state and node, and
+    their recently dead replicas), waited for at most ``timeout`` seconds (``ray.exceptions.GetTimeoutError``)."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    return ray.get(_get_global_client()._controller.get_serve_instance_details.remote(), timeout=timeout)
+
+
 def serve_http_config() -> Any:
     """The HTTP options Serve's proxy runs with (host, port) on the connected cluster."""
     import ray

@@ -125,8 +125,9 @@ def format_table(summary: dict[str, Any]) -> str:
         rows.append(("node lost", f"{node[:8]}: {cost.get('attempts', 0)} attempts ran again elsewhere "
                                   f"({cost.get('seconds', 0.0):.1f}s of work)" + (f"; {why}" if why else "")))
     for outage in (summary.get("model_tier") or {}).get("outages", []):
-        back = (f"recovered: all {summary['model_tier']['replicas']} running again after {outage['seconds']:.1f}s"
-                if outage["seconds"] is not None else "not all running again by the end")
+        back = ("not all running again by the end" if outage["seconds"] is None else
+                f"recovered: all {summary['model_tier']['replicas']} running again after {outage['seconds']:.1f}s"
+                if outage["seconds"] else "recovered: its replacement was running by the look that saw it lost")
         rows.append(("model tier", f"{outage['lost']} of {summary['model_tier']['replicas']} replicas lost "
                                    f"{outage['at']:.0f}s into the run; {back}"))
     moved = (summary.get("transfers") or {}).get("total") or {}
