@@ -21,6 +21,8 @@ class NodeHealth:
         self.engines, self.out = engines, out
         self.failed_on: dict[str, str] = {}
         """Rollout id -> the node its last attempt failed on (infrastructure)."""
+        self.said_sick: set[str] = set()
+        """The nodes said to get no rollouts (once per node, whatever its number of worker shares)."""
 
     def note(self, node: Node, result: RolloutResult) -> None:
         if result.status == "completed":
@@ -33,6 +35,9 @@ class NodeHealth:
         node.strikes += 1
         if node.strikes >= STRIKES and node.sick is None:
             node.sick = (result.error.message if result.error else "container start failed").splitlines()[0][:300]
+            if node.node_id in self.said_sick:
+                return
+            self.said_sick.add(node.node_id)
             print(f"[farm] node {node.node_id[:8]}: {node.strikes} sandboxes in a row did not start ({node.sick}); "
                   "it gets no rollouts until its container engine answers again", file=self.out, flush=True)
 
@@ -46,6 +51,7 @@ class NodeHealth:
         healed = False
         for node, problem in zip(sick, answers):
             if problem is None:
+                self.said_sick.discard(node.node_id)
                 print(f"[farm] node {node.node_id[:8]}: its container engine answers again; it gets rollouts",
                       file=self.out, flush=True)
                 for same in nodes:

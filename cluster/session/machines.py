@@ -43,6 +43,19 @@ def namespace_pids(namespace: str | None) -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and mount_namespace(p.name) == namespace]
 
 
+def pids_naming(path: Path) -> list[int]:
+    """Every process whose command line names a file under ``path`` (a machine's daemon and its containerd name
+    their config, data and exec roots there)."""
+    mark, found = f"{path}/".encode(), []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
 def kill_until_gone(pids: Callable[[], list[int]], timeout: float = 10.0) -> None:
     """SIGKILL what ``pids()`` lists until it lists nothing (a process may start one more while it dies)."""
     deadline = time.monotonic() + timeout
@@ -56,6 +69,16 @@ def kill_until_gone(pids: Callable[[], list[int]], timeout: float = 10.0) -> Non
             except ProcessLookupError:
                 pass
         time.sleep(0.2)
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs: an exited daemon nobody reaps (the machine's ``ray start`` is its parent
+    once the shell that started it exec'd) stays a zombie in the process table."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 class Machine:
@@ -105,6 +128,30 @@ exec {ray} start --address={self.head} --node-ip-address={self.address} --num-cp
         config.write_text(json.dumps({"insecure-registries": self.insecure_registries}))
         return (f"dockerd --config-file {config} --data-root {data} --exec-root {run} --pidfile {self.root}/docker.pid"
                 f" -H {self.docker_host} --iptables=false --ip-masq=false --cgroup-parent=/{self.cgroup}")
+
+    def restart_daemon(self, down: float = 0.0, timeout: float = 120) -> float:
+        """The machine's docker daemon restarted as an operator restarts it: SIGTERM (it stops its containers
+        first), gone, ``down`` seconds without one, then the same daemon started again inside the machine (its mount
+        and network namespaces); its raylet and workers go on throughout. The seconds it did not answer."""
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError(f"machine {self.name} is not running")
+        pid = int((self.root / "docker.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        stopped = time.monotonic()
+        deadline = stopped + timeout
+        while (running(pid) or self.socket.exists()) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the old daemon gone, socket and all, before the new one takes its place
+        if running(pid):
+            raise TimeoutError(f"machine {self.name}'s daemon did not stop within {timeout:g}s: {self.logs()}")
+        time.sleep(down)
+        enter = ["nsenter", "-t", str(self.process.pid), "-m", "-n"]
+        subprocess.Popen([*enter, "bash", "-c", f"exec {self.dockerd_command()} >> {self.root}/dockerd.log 2>&1"],
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+        while self.docker("info").returncode != 0:
+            if time.monotonic() > deadline + down:
+                raise TimeoutError(f"machine {self.name}'s daemon did not answer again: {self.logs()}")
+            time.sleep(0.2)
+        return time.monotonic() - stopped
 
     def start(self, timeout: float = 90) -> "Machine":
         self.root.mkdir(parents=True, exist_ok=True)
@@ -184,7 +231,9 @@ exec {ray} start --address={self.head} --node-ip-address={self.address} --num-cp
         kernel may give the number to another machine's, which a second ``kill`` by that number would kill."""
         if self.process is not None and self.process.poll() is not None:
             self.namespace = None  # dead already: the number may be another machine's by now
-        kill_until_gone(lambda: self.pids() + self.container_pids())
+        # by its files too: a machine whose raylet exited on its own (declared dead after a partition) has a daemon
+        # left in a namespace no longer known by number
+        kill_until_gone(lambda: self.pids() + self.container_pids() + pids_naming(self.root))
         if self.process is not None:
             self.process.wait(timeout=30)
         self.namespace = None

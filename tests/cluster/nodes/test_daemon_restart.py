@@ -1,0 +1,61 @@
+"""A docker daemon restarted under a live node (an upgrade, a config reload, a crash its unit brings back): the node
+stays in the cluster throughout, so nothing but the farm's own view of its sandboxes says it cannot work. Its
+rollouts in flight fail as infrastructure and run again on the other machine; the node gets no more rollouts once
+two sandboxes in a row did not start there (``cluster.placement.health``), and gets them again once its daemon
+answers; no rollout is tried more than once more, and nothing is left in either daemon."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from separate_machines import finished, results, run_on_cluster
+from test_network_faults import counts, wait_for
+from test_swe_across_machines import assert_whole, labelled, results_reach
+
+from cluster.placement.health import STRIKES
+from rollout.errors import INFRASTRUCTURE_REASONS
+
+pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
+ROLLOUTS, CONCURRENCY = 48, 4
+
+
+def test_a_daemon_restarted_under_a_live_node_costs_its_rollouts_in_flight_and_the_node_comes_back(
+        ray_cluster, two_machines, head_files):
+    address = ray_cluster.get_runtime_context().gcs_address
+    run = run_on_cluster(address, head_files, "run.samples=4", "run.max_attempts=3",
+                         f"run.concurrency={CONCURRENCY}")  # 48 rollouts, both machines' slots needed
+    other, restarted = two_machines
+    results_reach(run, head_files, 4)
+    assert wait_for(lambda: labelled(restarted), timeout=60, step=0.1) is not None, "no rollout ran on the machine"
+    assert run.poll() is None, "the run ended before the daemon could be restarted"
+    node = restarted.node_id()
+    in_flight = len(labelled(restarted))
+    down = restarted.restart_daemon(down=8)
+    back_at = len(results(head_files))  # result lines written before the daemon answered again
+    assert restarted.joined(), "the node left the cluster while its daemon restarted"
+    out = finished(run)
+
+    rows = assert_whole(head_files, expected=ROLLOUTS)  # every rollout once: 0 lost, 0 duplicated
+    assert all(r["reward"] == 1.0 for r in rows), [(r["task_id"], r.get("exit_reason")) for r in rows]
+    every = results(head_files)
+    reran = [r for r in every if r["status"] != "completed"]
+    reasons = collections.Counter(r["exit_reason"] for r in reran)
+    tries = collections.Counter(r["rollout_id"] for r in every)
+    after = [r for r in every[back_at:] if r["node_id"] == node and r["status"] == "completed"]
+    tally = counts(head_files)
+    sick = [line for line in out.splitlines() if node[:8] in line and "did not start" in line]
+    healed = [line for line in out.splitlines() if node[:8] in line and "answers again" in line]
+    print(f"\ndaemon restarted ({down:.1f}s without one, {in_flight} sandboxes running there at the stop): "
+          f"{tally['rollouts']} rollouts, {tally['reruns']} reruns {dict(reasons)}, {tally['duplicates']} "
+          f"duplicates, at most {max(tries.values())} attempts for one rollout; {len(after)} completed on the node "
+          f"after its daemon answered again; containers left {len(labelled(restarted))} + {len(labelled(other))}\n"
+          + "\n".join(sick + healed))
+    assert reran, "the restart cost no attempt: it did not happen under the run"
+    assert all(r["node_id"] == node and r["exit_reason"] in {str(e) for e in INFRASTRUCTURE_REASONS}
+               for r in reran), reran
+    # no retry storm: what was running there, what was sent there before it stopped getting rollouts, once each
+    assert tally["reruns"] <= in_flight + CONCURRENCY + STRIKES, reasons
+    assert max(tries.values()) <= 2, tries.most_common(3)
+    assert after, "the node got no rollouts after its daemon answered again"
+    assert labelled(restarted) == [] and labelled(other) == []
