@@ -128,9 +128,11 @@ def test_the_model_node_that_dies_moves_its_replicas_and_loses_nothing(ray_clust
     assert all(r["reward"] == 1.0 for r in rows), [(r["task_id"], r.get("exit_reason")) for r in rows]
     tally = counts(head_files)
     line = re.search(r"model tier[^\n]*", out)
+    left = len(labelled(sandbox))
     print(f"\nmodel node killed: {tally['rollouts']} rollouts, {tally['reruns']} reruns, {tally['duplicates']} "
-          f"duplicates; replicas before {before}, both on the survivor {moved}s after the kill "
+          f"duplicates, {left} containers left; replicas before {before}, both on the survivor {moved}s after the kill "
           f"({time.monotonic() - killed:.0f}s to the run's end)\n{line.group(0) if line else out[-1500:]}")
     assert moved is not None, f"Serve did not place the replicas on the surviving model node: {replica_nodes()}"
     assert {r["node_id"] for r in rows} == {sandbox.node_id()}
     assert line and re.search(r"[12] of 2 replicas lost \d+s into the run; recovered", line.group(0)), out[-3000:]
+    assert tally["duplicates"] == 0 and left == 0
