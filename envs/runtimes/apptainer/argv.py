@@ -78,24 +78,23 @@ or stack limit meant for the command, apptainer's Go runtime fails (``fatal erro
 busy), and the command's output would be its crash."""
 
 
-def limit_names(config: ApptainerRuntimeConfig) -> set[str]:
-    """The resource limits set on each command (``runtime.ulimits`` and ``max_file_size``'s ``fsize``)."""
-    return set(config.ulimits) | ({"fsize"} if config.max_file_size is not None else set())
+def resource_limits(config: ApptainerRuntimeConfig) -> dict[str, int | str]:
+    """The resource limits set on each command, by ``setrlimit`` name: ``runtime.ulimits``, and ``max_file_size``
+    as ``fsize`` unless the ulimits set it."""
+    limits = dict(config.ulimits)
+    if config.max_file_size is not None:
+        limits.setdefault("fsize", config.max_file_size)
+    return limits
 
 
 def limits_argv(config: ApptainerRuntimeConfig) -> list[str]:
     """``prlimit --fsize=N:N ... --``: the resource limits the command runs under, where an unprivileged user has no
     cgroups; empty when none are set."""
-    limits = dict(config.ulimits)
-    if config.max_file_size is not None:
-        limits.setdefault("fsize", config.max_file_size)
-    if not limits:
-        return []
     flags = []
-    for name, value in sorted(limits.items()):
+    for name, value in sorted(resource_limits(config).items()):
         soft, _, hard = str(value).partition(":")
         flags.append(f"--{name}={_amount(soft)}:{_amount(hard or soft)}")
-    return ["prlimit", *flags, "--"]
+    return ["prlimit", *flags, "--"] if flags else []
 
 
 def _amount(text: str) -> str:

@@ -25,9 +25,9 @@ from envs.runtimes.apptainer import owner_watch
 from envs.runtimes.apptainer.argv import (  # noqa: F401 - re-exported
     LIMITS_SAFE_OUTSIDE,
     exec_argv,
-    limit_names,
     limits_argv,
     list_argv,
+    resource_limits,
     start_argv,
     stop_argv,
     workspace_mount,
@@ -114,39 +114,42 @@ class ApptainerRuntime:
     async def _place_limits(self) -> None:
         """Where the farm's resource limits are set: inside the container, on each command alone, when the image has
         ``prlimit``; on the CLI that execs it when it has none and each limit is safe there (``LIMITS_SAFE_OUTSIDE``);
-        else the start fails naming the field. Tried once here, so a limit that cannot be set names its field."""
+        else the start fails naming the field (the instance stopped). Tried once here, so a limit that cannot be set
+        names its field."""
+        refused = await self._limits_refused()
+        if refused is not None:
+            await self.close()
+            raise refused
+
+    async def _limits_refused(self) -> ContainerStartError | None:
         limits, image = limits_argv(self.config), self.config.image
         probe = [self.binary, "exec", "--cleanenv", f"instance://{self.name}", *limits, "true"]
         tried = await run_capped(probe, timeout=self.config.start_timeout, max_output_bytes=_CONTROL_CAP)
         if tried.returncode == 0:
-            return
+            return None
         if tried.timed_out or "no instance found" in tried.output:
-            await self.close()
-            raise ContainerStartError(f"instance {self.name} did not answer ({failure_reason(tried)}): "
-                                      f"{tried.output[-_TAIL:]}")
+            return ContainerStartError(f"instance {self.name} did not answer ({failure_reason(tried)}): "
+                                       f"{tried.output[-_TAIL:]}")
         if not _not_found("prlimit", tried.output):
-            await self.close()
-            raise ContainerStartError(f"runtime.ulimits / max_file_size cannot be set in {image}: "
-                                      f"{tried.output.strip()[-_TAIL:]} (a limit above the hard limit it has)",
-                                      retryable=False)
-        unsafe = sorted(limit_names(self.config) - LIMITS_SAFE_OUTSIDE)
+            return ContainerStartError(f"runtime.ulimits / max_file_size cannot be set in {image}: "
+                                       f"{tried.output.strip()[-_TAIL:]} (a limit above the hard limit it has)",
+                                       retryable=False)
+        unsafe = sorted(set(resource_limits(self.config)) - LIMITS_SAFE_OUTSIDE)
         if unsafe:
-            await self.close()
-            raise ContainerStartError(
+            return ContainerStartError(
                 f"runtime.ulimits {', '.join(unsafe)}: {image} has no prlimit (util-linux) to set them on the command "
                 "alone, and set on apptainer's CLI they would bound its own runtime too; add util-linux to the image, "
                 "or keep to " + ", ".join(sorted(LIMITS_SAFE_OUTSIDE)), retryable=False)
         try:
             on_host = await run_capped([*limits, "true"], timeout=30.0, max_output_bytes=_CONTROL_CAP)
         except RuntimeFailure as exc:  # no prlimit (util-linux) on this host's PATH either
-            await self.close()
-            raise ContainerStartError(f"runtime.ulimits / max_file_size are set with prlimit, which neither {image} "
-                                      f"nor this node has: {exc}", retryable=False) from exc
+            return ContainerStartError(f"runtime.ulimits / max_file_size are set with prlimit, which neither {image} "
+                                       f"nor this node has: {exc}", retryable=False)
         if on_host.returncode != 0:
-            await self.close()
-            raise ContainerStartError(f"runtime.ulimits / max_file_size cannot be set here: {on_host.output.strip()}"
-                                      " (a limit above the hard limit this process has)", retryable=False)
+            return ContainerStartError(f"runtime.ulimits / max_file_size cannot be set here: {on_host.output.strip()}"
+                                       " (a limit above the hard limit this process has)", retryable=False)
         self._limits_inside = False
+        return None
 
     async def exec(
         self, command: str, timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
