@@ -4,6 +4,7 @@ module named ``conftest`` is any folder's)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -17,6 +18,7 @@ import pytest
 
 from cluster.session.machines import Machine, Registry
 from cluster.session.netns import Network
+from cluster.session.ray_private import serve_details
 
 PROJECT = Path(__file__).resolve().parents[3]
 SANDBOX = {"sandbox": 1.0}
@@ -176,3 +178,17 @@ def start_registry(root: Path, network: Network, users: dict[str, str] | None = 
     if why:
         pytest.fail(why) if os.environ.get("ROLLOUT_REQUIRE_DOCKER") else pytest.skip(why)
     return Registry(root, network.gateway, users).start()
+
+
+def replica_nodes(app: str = "rollout-model") -> dict[str, int]:
+    """The running replicas of ``app`` per node id (none before the run started Serve)."""
+    try:
+        details = serve_details(timeout=30)
+    except Exception:  # noqa: BLE001 - Serve not started yet by the run
+        return {}
+    found: dict[str, int] = collections.Counter()
+    for deployment in details.get("applications", {}).get(app, {}).get("deployments", {}).values():
+        for replica in deployment.get("replicas", []):
+            if replica.get("state") == "RUNNING":
+                found[replica["node_id"]] += 1
+    return dict(found)

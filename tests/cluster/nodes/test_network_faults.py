@@ -14,7 +14,7 @@ import re
 import time
 
 import pytest
-from separate_machines import MODEL, SANDBOX, finished, lend, results, run_on_cluster
+from separate_machines import MODEL, SANDBOX, finished, lend, replica_nodes, results, run_on_cluster
 from test_swe_across_machines import assert_whole, labelled, results_reach
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -92,22 +92,6 @@ def test_a_short_cut_reruns_nothing_and_a_cut_past_the_node_timeout_costs_reruns
 @pytest.fixture
 def two_model_machines_and_a_sandbox(machines, head_files, base_image):
     return lend(machines, MODEL, MODEL, SANDBOX)
-
-
-def replica_nodes(app: str = "rollout-model") -> dict[str, int]:
-    """The running replicas of ``app`` per node id (none before the run started Serve)."""
-    from ray.serve.context import _get_global_client
-
-    try:
-        details = _get_global_client().get_serve_details()
-    except Exception:  # noqa: BLE001 - Serve not started yet by the run
-        return {}
-    found: dict[str, int] = collections.Counter()
-    for deployment in details.get("applications", {}).get(app, {}).get("deployments", {}).values():
-        for replica in deployment.get("replicas", []):
-            if replica.get("state") == "RUNNING":
-                found[replica["node_id"]] += 1
-    return dict(found)
 
 
 def test_the_model_node_that_dies_moves_its_replicas_and_loses_nothing(ray_cluster, two_model_machines_and_a_sandbox,

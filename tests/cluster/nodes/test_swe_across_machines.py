@@ -16,6 +16,7 @@ from separate_machines import (
     finished,
     new_machine,
     output,
+    replica_nodes,
     results,
     run_on_cluster,
     start_registry,
@@ -187,24 +188,13 @@ def test_a_node_whose_docker_daemon_dies_gets_no_more_rollouts(ray_cluster, two_
 def test_the_model_tier_runs_apart_from_the_sandboxes(ray_cluster, model_and_sandbox_machines, head_files):
     import time
 
-    from ray.serve.context import _get_global_client
-
-    def replica_nodes() -> set[str]:
-        try:
-            details = _get_global_client().get_serve_details()
-        except Exception:  # noqa: BLE001 - Serve not started yet by the run
-            return set()
-        app = details.get("applications", {}).get("rollout-model", {})
-        return {r["node_id"] for d in app.get("deployments", {}).values() for r in d.get("replicas", [])
-                if r.get("state") == "RUNNING"}
-
     model, sandbox = model_and_sandbox_machines
     address = ray_cluster.get_runtime_context().gcs_address
     run = run_on_cluster(address, head_files, config="across_machines.yaml")  # the README's config for this
     replicas: set[str] = set()
     deadline = time.monotonic() + 400
     while run.poll() is None and time.monotonic() < deadline:
-        replicas |= replica_nodes()
+        replicas |= set(replica_nodes())
         time.sleep(1)
     out = finished(run)
     rows = assert_whole(head_files)
