@@ -144,7 +144,7 @@ def status(args: argparse.Namespace) -> int:
     print(f"head at {state['address']}")
     for entry in state["machines"]:
         machine = Machine.from_state(entry)
-        alive = machine.docker("info").returncode == 0 and bool(machine.pids())
+        alive = machine.answers() and bool(machine.pids())
         print(f"{machine.name}: {'alive' if alive else 'gone'} at {machine.address} (docker at {machine.docker_host})")
     return 0
 

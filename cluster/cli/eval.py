@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help (0) and on bad arguments (2); return the code instead
         return int(exc.code or 0)
-    from envs.images.base_image import ImageError
+    from envs.images.daemon import ImageError
     from envs.swe.evaluate import evaluate
 
     try:

@@ -76,7 +76,7 @@ def _registry(prefix: str | None) -> object:
 
 
 def _push(registry: object, images: list[str]) -> None:
-    from envs.images.base_image import docker_client
+    from envs.images.daemon import docker_client
 
     client = docker_client()
     for image in images:
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help (0) and on bad arguments (2); return the code instead
         return int(exc.code or 0)
-    from envs.images.base_image import ImageError
+    from envs.images.daemon import ImageError
 
     try:
         return COMMANDS[args.command](args)

@@ -131,27 +131,53 @@ exec {ray} start --address={self.head} --node-ip-address={self.address} --num-cp
 
     def restart_daemon(self, down: float = 0.0, timeout: float = 120) -> float:
         """The machine's docker daemon restarted as an operator restarts it: SIGTERM (it stops its containers
-        first), gone, ``down`` seconds without one, then the same daemon started again inside the machine (its mount
-        and network namespaces); its raylet and workers go on throughout. The seconds it did not answer."""
+        first), gone with its containerd, ``down`` seconds without one, then the same daemon started again inside the
+        machine (its mount and network namespaces); its raylet and workers go on throughout. The seconds it did not
+        answer.
+
+        The new daemon starts only once every process of the old one is gone: a daemon that finds its containerd's
+        pid file naming a containerd still shutting down connects to it and hangs."""
         if self.process is None or self.process.poll() is not None:
             raise RuntimeError(f"machine {self.name} is not running")
         pid = int((self.root / "docker.pid").read_text())
         os.kill(pid, signal.SIGTERM)
         stopped = time.monotonic()
         deadline = stopped + timeout
-        while (running(pid) or self.socket.exists()) and time.monotonic() < deadline:
-            time.sleep(0.2)  # the old daemon gone, socket and all, before the new one takes its place
-        if running(pid):
-            raise TimeoutError(f"machine {self.name}'s daemon did not stop within {timeout:g}s: {self.logs()}")
+        while (running(pid) or self.socket.exists() or self.daemon_pids()) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the old daemon gone, socket, containerd and shims too, before the new one starts
+        if running(pid) or self.daemon_pids():
+            raise TimeoutError(f"machine {self.name}'s daemon did not stop within {timeout:g}s "
+                               f"(left: {self.daemon_pids()}): {self.logs()}")
         time.sleep(down)
         enter = ["nsenter", "-t", str(self.process.pid), "-m", "-n"]
         subprocess.Popen([*enter, "bash", "-c", f"exec {self.dockerd_command()} >> {self.root}/dockerd.log 2>&1"],
                          stdin=subprocess.DEVNULL, start_new_session=True)
-        while self.docker("info").returncode != 0:
+        while not self.answers():
             if time.monotonic() > deadline + down:
                 raise TimeoutError(f"machine {self.name}'s daemon did not answer again: {self.logs()}")
             time.sleep(0.2)
         return time.monotonic() - stopped
+
+    def hang_daemon(self) -> None:
+        """The machine's docker daemon stopped (SIGSTOP) and left in place: a wedged daemon, whose socket still takes
+        connections and never answers. ``resume_daemon`` lets it go on."""
+        os.kill(int((self.root / "docker.pid").read_text()), signal.SIGSTOP)
+
+    def resume_daemon(self) -> None:
+        os.kill(int((self.root / "docker.pid").read_text()), signal.SIGCONT)
+
+    def daemon_pids(self) -> list[int]:
+        """The machine's docker daemon, its containerd and their shims, running (their command lines name their
+        roots under the machine's)."""
+        return [pid for pid in pids_naming(self.root) if running(pid)]
+
+    def answers(self, timeout: float = 15) -> bool:
+        """Whether the machine's daemon answers ``docker info`` within ``timeout`` seconds (a daemon that hangs
+        does not)."""
+        try:
+            return self.docker("info", timeout=timeout).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
 
     def start(self, timeout: float = 90) -> "Machine":
         self.root.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import ray
 
-from envs.images.base_image import ImageError
+from envs.images.daemon import ImageError
 
 PIECE_BYTES = 64 << 20
 """The size of one object-store piece of a saved image: a node holds one piece at a time while loading."""

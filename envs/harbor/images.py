@@ -22,14 +22,8 @@ from typing import Any, Callable
 import yaml
 
 from envs.harbor.archive import task_files
-from envs.images.base_image import (
-    DEFAULT_BASE_IMAGE,
-    ImageError,
-    docker_build,
-    docker_client,
-    ensure_image,
-    image_present,
-)
+from envs.images.base_image import DEFAULT_BASE_IMAGE, docker_build, ensure_image, image_present
+from envs.images.daemon import ImageError, docker_client
 from envs.images.image_names import sanitise_tag
 from envs.images.sources import fetch_image
 
@@ -152,7 +146,7 @@ def build_image(tag: str, files: Any, dockerfile: str, context: str, *, timeout:
     """Build ``tag`` from the archive's ``context`` folder; the seconds it took."""
 
     began = time.monotonic()
-    client = docker_client(timeout=int(timeout) + 30)
+    client = docker_client()
     text = files.text(dockerfile) or ""
     missing = [i for i in from_images(text) if "$" in i or not (image_present(client, i) or _brought(i, client))]
     if missing:
@@ -163,7 +157,7 @@ def build_image(tag: str, files: Any, dockerfile: str, context: str, *, timeout:
     if log:
         log(f"building {tag} ({len(body) >> 10} kB context)")
     docker_build(client, tag, fileobj=io.BytesIO(body), custom_context=True, dockerfile=rel, rm=True, forcerm=True,
-                 pull=False, labels={"rollout-farm.harbor": "1"}, nocache=nocache)
+                 pull=False, labels={"rollout-farm.harbor": "1"}, nocache=nocache, timeout=int(timeout) + 30)
     return time.monotonic() - began
 
 

@@ -11,13 +11,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from envs.images.daemon import LONG_WORK_TIMEOUT, ImageError, docker_client, patient
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for, is_instance_tag
 from envs.images.sources import fetch_image
 from envs.runtimes.output import decode
-from rollout.errors import ContainerStartError
 
-__all__ = ["DEFAULT_BASE_IMAGE", "ImageError", "build_base_image", "ensure_image", "image_for", "image_present",
-           "docker_client"]
+__all__ = ["DEFAULT_BASE_IMAGE", "build_base_image", "ensure_image", "image_for", "image_present"]
 
 BASE_REPOSITORY = DEFAULT_BASE_IMAGE.split(":")[0]
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -25,26 +24,7 @@ BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch", "procps", "coreuti
 BASE_CHANGES = ('CMD ["bash"]', "ENV LANG=C.UTF-8",
                 "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "WORKDIR /")
 DEBOOTSTRAP_TIMEOUT = 3600
-DOCKER_TIMEOUT = 3600  # seconds without a byte from the daemon; a silent install step can be long
 _base_lock = threading.Lock()  # one debootstrap at a time per process
-
-
-class ImageError(ContainerStartError):
-    """An image is missing and cannot be found, pulled or built; the message says how to get it."""
-
-    def __init__(self, message: str = "", retryable: bool = False):
-        super().__init__(message, retryable)
-
-
-def docker_client(timeout: int = DOCKER_TIMEOUT) -> Any:
-    try:
-        import docker
-    except ImportError:
-        raise ImageError("the docker SDK is not installed: pip install 'rollout-farm[docker]'") from None
-    try:
-        return docker.from_env(timeout=timeout)
-    except docker.errors.DockerException as exc:
-        raise ImageError(f"cannot reach the docker daemon: {exc}", retryable=True) from None
 
 
 ENGINE_FAILURES = ("OCI runtime", "shim task", "runc", "containerd")
@@ -55,9 +35,11 @@ under load, say), not because the step's command failed: another try may pass.""
 def docker_build(client: Any, tag: str, **options: Any) -> None:
     """``client.images.build(tag=tag, **options)``, its failure an ``ImageError`` naming the tag: a failed step with
     the build's last lines (final, unless the engine failed to run the step: ``ENGINE_FAILURES``), the daemon's error
-    or its silence past the client's timeout (retryable)."""
+    or its silence past the build's ``timeout`` (default ``LONG_WORK_TIMEOUT``: a silent install step can be long;
+    retryable)."""
     import docker
 
+    options.setdefault("timeout", LONG_WORK_TIMEOUT)
     try:
         client.images.build(tag=tag, **options)
     except docker.errors.BuildError as exc:
@@ -146,8 +128,9 @@ def _import_rootfs(client: Any, rootfs: str, tag: str) -> None:
                 yield block
 
         try:
-            client.api.import_image(src=chunks(), repository=repository, tag=version, changes=list(BASE_CHANGES),
-                                    stream_src=True)
+            with patient(client):
+                client.api.import_image(src=chunks(), repository=repository, tag=version,
+                                        changes=list(BASE_CHANGES), stream_src=True)
         except Exception as exc:  # the SDK raises requests' and its own errors alike
             raise ImageError(f"cannot import {tag}: {exc}", retryable=True) from None
         finally:
@@ -203,7 +186,8 @@ def _build_or_pull(image: str, client: Any, log: Callable[[str], Any]) -> None:
     if is_instance_tag(image):
         raise ImageError(f"image {image} is missing: build it with `rollout images build DATASET`")
     try:
-        client.images.pull(image)
+        with patient(client):
+            client.images.pull(image)
     except docker.errors.APIError as exc:
         reason = getattr(exc, "explanation", None) or exc
         raise ImageError(f"image {image} is missing and could not be pulled ({reason}): give the rows a repo_path "

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.images.base_image import DOCKER_TIMEOUT, ImageError, docker_build, docker_client, ensure_image, last_lines
+from envs.images.base_image import docker_build, ensure_image, last_lines
+from envs.images.daemon import LONG_WORK_TIMEOUT, ImageError, docker_client
 from envs.images.image_names import HASH_LENGTH, MAX_TAG_LENGTH, sanitise_tag
 from envs.runtimes.output import decode
 
@@ -112,7 +113,7 @@ def _build(client: Any, image: str, tag: str, requirements: list[str]) -> None:
         Path(context, "Dockerfile").write_text(_dockerfile(image, tag, found["python"], user))
         # the client's timeout is the daemon's silence we bear (copying and compiling a large harness says nothing)
         docker_build(client, tag, path=context, rm=True, forcerm=True, pull=False, network_mode="none",
-                     timeout=DOCKER_TIMEOUT)
+                     timeout=LONG_WORK_TIMEOUT)
 
 
 def _dockerfile(image: str, tag: str, python: str, user: str) -> str:

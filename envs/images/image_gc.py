@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Collection
 
-from envs.images.base_image import ImageError, docker_client
+from envs.images.daemon import ImageError, docker_client
 
 LABEL = "rollout-farm.instance"
 """The label on every per-instance image (its value is the instance id); nothing else is a candidate."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.images.base_image import ImageError, docker_build, docker_client, ensure_image, image_present, last_lines
+from envs.images.base_image import docker_build, ensure_image, image_present, last_lines
+from envs.images.daemon import ImageError, docker_client
 from envs.images.image_gc import LABEL, prune_instance_images, recently_used, record_use
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for, instance_id, instance_tag
 from envs.images.sources import Slots, fetch_image

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from envs.images.daemon import patient
+
 
 class ImageSource(Protocol):
     name: str
@@ -80,7 +82,8 @@ def fetch_image(image: str, client: Any, *, layered_only: bool = False) -> str |
             continue
         with _fetch_slots:
             began = time.monotonic()
-            moved = source.fetch(image, client)
+            with patient(client):  # a fetch streams a whole image, or its missing layers
+                moved = source.fetch(image, client)
         if moved is not None:
             with _guard:
                 _fetches.append(Fetch(image, source.name, round(time.monotonic() - began, 3), int(moved)))

@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from envs.images.base_image import ImageError, docker_client, ensure_image, image_present
+from envs.images.base_image import ensure_image, image_present
+from envs.images.daemon import ImageError, docker_client
 from envs.images.image_names import DEFAULT_BASE_IMAGE, NAME_FIELDS, image_for
 from envs.images.instance_images import build_instance_images
 from envs.runtimes.apptainer.runtime import ApptainerRuntime

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from envs.images.base_image import ImageError
+from envs.images.daemon import ImageError
 from envs.images.harness_images import ensure_harness_image, harness_tag
 from envs.runtimes.docker.runtime import DockerRuntime
 

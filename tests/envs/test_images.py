@@ -13,7 +13,8 @@ import uuid
 import pytest
 
 from cluster.cli.images import main as images_main
-from envs.images.base_image import ImageError, build_base_image, ensure_image
+from envs.images.base_image import build_base_image, ensure_image
+from envs.images.daemon import ImageError
 from envs.images.image_names import image_for, instance_tag, swebench_name
 from envs.images.instance_images import LABEL, build_instance_images
 from rollout.data.dataset import load_tasks

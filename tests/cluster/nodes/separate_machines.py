@@ -106,7 +106,7 @@ def killed(machine: Machine) -> Machine:
 
 def healthy(machine: Machine) -> bool:
     return (machine.process is not None and machine.process.poll() is None and machine.joined()
-            and machine.docker("info").returncode == 0)
+            and machine.answers())
 
 
 def emptied(machine: Machine) -> Machine:

@@ -1,12 +1,14 @@
-"""A docker daemon restarted under a live node (an upgrade, a config reload, a crash its unit brings back): the node
-stays in the cluster throughout, so nothing but the farm's own view of its sandboxes says it cannot work. Its
-rollouts in flight fail as infrastructure and run again on the other machine; the node gets no more rollouts once
-two sandboxes in a row did not start there (``cluster.placement.health``), and gets them again once its daemon
-answers; no rollout is tried more than once more, and nothing is left in either daemon."""
+"""A machine's docker daemon that fails under a live node: restarted (an upgrade, a config reload, a crash its unit
+brings back) or hung (wedged: its socket takes connections and nothing answers). The node stays in the cluster
+throughout, so nothing but the farm's own view of its sandboxes says it cannot work. Its rollouts in flight fail as
+infrastructure, each after a bounded wait, and run again on the other machine; the node gets no more rollouts once two
+sandboxes in a row did not start there (``cluster.placement.health``), and gets them again once its daemon answers;
+no rollout is tried more than once more, and nothing is left in either daemon."""
 
 from __future__ import annotations
 
 import collections
+import time
 
 import pytest
 from separate_machines import finished, results, run_on_cluster
@@ -59,3 +61,44 @@ def test_a_daemon_restarted_under_a_live_node_costs_its_rollouts_in_flight_and_t
     assert max(tries.values()) <= 2, tries.most_common(3)
     assert after, "the node got no rollouts after its daemon answered again"
     assert labelled(restarted) == [] and labelled(other) == []
+
+
+def test_a_daemon_that_hangs_costs_a_bounded_wait_and_the_run_ends_without_it(ray_cluster, two_machines, head_files):
+    """The CI failure this guards: calls to a wedged daemon waited up to an hour (the image code's client timeout), so
+    the rollouts on its node held every slot of the run and nothing ran anywhere."""
+    address = ray_cluster.get_runtime_context().gcs_address
+    run = run_on_cluster(address, head_files, "run.samples=2", "run.max_attempts=3",
+                         f"run.concurrency={CONCURRENCY}")  # 24 rollouts
+    other, hung = two_machines
+    results_reach(run, head_files, 4)
+    assert wait_for(lambda: labelled(hung), timeout=60, step=0.1) is not None, "no rollout ran on the machine"
+    assert run.poll() is None, "the run ended before the daemon could hang"
+    node, in_flight = hung.node_id(), len(labelled(hung))
+    hung.hang_daemon()
+    stopped = time.monotonic()
+    try:
+        out = finished(run, timeout=420)  # the daemon still hangs: the run must end without it
+        took = time.monotonic() - stopped
+    finally:
+        hung.resume_daemon()
+    assert hung.joined(), "the node left the cluster while its daemon hung"
+
+    rows = assert_whole(head_files, expected=24)
+    assert all(r["reward"] == 1.0 for r in rows), [(r["task_id"], r.get("exit_reason")) for r in rows]
+    every = results(head_files)
+    reran = [r for r in every if r["status"] != "completed"]
+    tries = collections.Counter(r["rollout_id"] for r in every)
+    sick = [line for line in out.splitlines() if node[:8] in line and "did not start" in line]
+    left = wait_for(lambda: not labelled(hung), timeout=120, step=1) is not None
+    tally = counts(head_files)
+    print(f"\ndaemon hung ({in_flight} sandboxes running there at the stop): the run ended {took:.0f}s later; "
+          f"{tally['rollouts']} rollouts, {tally['reruns']} reruns "
+          f"{dict(collections.Counter(r['exit_reason'] for r in reran))}, {tally['duplicates']} duplicates, at most "
+          f"{max(tries.values())} attempts for one rollout; containers left after it answered again: "
+          f"{len(labelled(hung))} + {len(labelled(other))}\n" + "\n".join(sick))
+    assert reran, "the hang cost no attempt: it did not happen under the run"
+    assert all(r["node_id"] == node and r["exit_reason"] in {str(e) for e in INFRASTRUCTURE_REASONS}
+               for r in reran), reran
+    assert sick, "the node's failed starts were not said"
+    assert max(tries.values()) <= 2, tries.most_common(3)
+    assert left and labelled(other) == [], "containers left behind once the daemon answered again"
