@@ -158,7 +158,10 @@ class DockerRuntime:
 
     # ---- blocking parts, run in the I/O pool -------------------------------------------------------
 
-    def _start_blocking(self, pulled: bool = False) -> None:
+    def _start_blocking(self, pulled: bool = False, reclaimed: bool = False) -> None:
+        """Create and start the container. Its name is this runtime's alone (a random suffix): a container the
+        engine says holds it is this runtime's own earlier create, whose answer was lost (a daemon that went down
+        under it, and the removal before the retry could not reach it either); it is removed and the name taken."""
         cfg = self.config
         api = engines.client(self.engine, cfg.base_url).api
         key = (self.engine, cfg.base_url)
@@ -180,13 +183,16 @@ class DockerRuntime:
         except Exception as exc:
             if engine_init and _NO_INIT in str(exc):
                 _engines_without_init.add(key)
-                return self._start_blocking(pulled)
+                return self._start_blocking(pulled, reclaimed)
             if disk and docker_start.is_disk_refusal(exc):
                 docker_start.disk_refused(key, explain(exc))
-                return self._start_blocking(pulled)
+                return self._start_blocking(pulled, reclaimed)
             if status(exc) == 404 and "image" in str(exc).lower() and cfg.pull == "missing" and not pulled:
                 self._pull(api)
-                return self._start_blocking(pulled=True)
+                return self._start_blocking(pulled=True, reclaimed=reclaimed)
+            if status(exc) == 409 and self.name in str(exc) and not reclaimed:
+                docker_start.quiet_remove(api, self.name)
+                return self._start_blocking(pulled, reclaimed=True)
             raise docker_start.start_error(exc, self._image, self.engine) from exc
         cid = created["Id"]
         containers.track(cid, self.engine, cfg.base_url, self.name)

@@ -166,6 +166,29 @@ def test_container_name_and_labels_identify_the_rollout(base_image):
     assert labels["rollout-farm.owner"].endswith(f":{__import__('os').getpid()}")
 
 
+def test_a_container_holding_the_runtimes_own_name_is_its_lost_create_and_is_reclaimed(base_image):
+    """A daemon that went down under a create may have made the container and lost the answer; the removal before
+    the retry could not reach it either. The name is the runtime's alone, so the retry removes that container and
+    starts; a container of another name is never touched."""
+    import docker
+
+    api = docker.from_env().api
+    rt = runtime(base_image)
+    lost = api.create_container(base_image, ["sleep", "600"], name=rt.name)["Id"]
+    other = api.create_container(base_image, ["sleep", "600"], name=rt.name + "-other")["Id"]
+    try:
+        async def scenario(rt):
+            return rt.container_id, (await rt.exec("echo started")).output
+
+        started, said = run(scenario, rt)
+        assert said == "started\n" and started != lost
+        assert not api.containers(all=True, filters={"id": lost}), "the lost create was left holding the name"
+        assert api.containers(all=True, filters={"id": other}), "a container of another name was removed"
+    finally:
+        for cid in (lost, other):
+            subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
 def test_missing_image_names_it_and_how_to_build_it(base_image):
     rt = runtime("rollout-farm/no-such-image:never")
     with pytest.raises(ContainerStartError) as caught:
