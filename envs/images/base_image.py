@@ -54,6 +54,7 @@ def docker_build(client: Any, tag: str, **options: Any) -> None:
 
 
 def image_present(client: Any, image: str) -> bool:
+    """Whether the daemon holds ``image``; an ``ImageError`` (retryable) when it fails or does not answer in time."""
     import docker
 
     try:
@@ -63,6 +64,8 @@ def image_present(client: Any, image: str) -> bool:
         return False
     except docker.errors.APIError as exc:
         raise ImageError(f"cannot inspect image {image}: {exc}", retryable=True) from None
+    except OSError as exc:  # the HTTP session's own: a connection refused or dropped, a daemon silent past the timeout
+        raise ImageError(f"the docker daemon did not answer an inspect of {image}: {exc}", retryable=True) from None
 
 
 # ---- the base image -------------------------------------------------------------------------

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import pickle
 import re
 import shutil
+import socketserver
 import subprocess
+import threading
+import time
 import uuid
 
 import pytest
 
 from cluster.cli.images import main as images_main
-from envs.images.base_image import build_base_image, ensure_image
-from envs.images.daemon import ImageError
+from envs.images.base_image import build_base_image, ensure_image, image_present
+from envs.images.daemon import ANSWER_TIMEOUT, LONG_WORK_TIMEOUT, ImageError, docker_client, patient
 from envs.images.image_names import image_for, instance_tag, swebench_name
 from envs.images.instance_images import LABEL, build_instance_images
 from rollout.data.dataset import load_tasks
@@ -90,6 +94,63 @@ def test_image_error_is_a_container_start_failure_that_pickles():
     error = pickle.loads(pickle.dumps(ImageError("image x is missing")))
     assert isinstance(error, ContainerStartError) and error.exit_reason is ExitReason.CONTAINER_START_FAILED
     assert str(error) == "image x is missing" and error.retryable is False
+
+
+class SlowDaemon(http.server.BaseHTTPRequestHandler):
+    """The docker API as a daemon that hangs answers it: ``/version`` at once, an image inspect (``No such image``)
+    only after ``delay`` seconds (the injected fault)."""
+
+    delay = 3.0
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if "/images/" in self.path:
+            time.sleep(self.delay)
+            body, code = {"message": "No such image"}, 404
+        else:
+            body, code = {"ApiVersion": "1.41", "Version": "24.0.0"}, 200
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self):
+        request, _ = super().get_request()
+        return request, ("daemon", 0)  # http.server wants a (host, port)
+
+
+def test_a_daemon_silent_past_the_clients_timeout_fails_the_call_as_infrastructure_and_long_work_waits(
+        tmp_path, monkeypatch):
+    """The image code's client gives up on a daemon that stays silent (a hang costs a rollout one bounded wait, a
+    retryable failure), by default after ``ANSWER_TIMEOUT``, never the hour long work may take; inside ``patient``
+    the same call waits, and the client has its own timeout again after."""
+    path = str(tmp_path / "docker.sock")
+    server = UnixServer(path, SlowDaemon)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    try:
+        assert docker_client().api.timeout == ANSWER_TIMEOUT < LONG_WORK_TIMEOUT
+        client = docker_client(timeout=1)
+        began = time.monotonic()
+        with pytest.raises(ImageError) as caught:
+            image_present(client, "rollout-farm/instance:x")
+        quick = time.monotonic() - began
+        assert caught.value.retryable and quick < SlowDaemon.delay
+        began = time.monotonic()
+        with patient(client, seconds=10):
+            assert image_present(client, "rollout-farm/instance:x") is False
+        assert time.monotonic() - began >= SlowDaemon.delay and client.api.timeout == 1
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize("argv", [["build", "no-such-dataset.jsonl"], ["build", "d.jsonl", "--parallel", "0"],
