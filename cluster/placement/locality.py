@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Iterable
 
-from cluster.placement.slots import Node
+from cluster.placement.slots import Node, besides
 from rollout.records import Task
 
 
@@ -34,10 +34,8 @@ class ImageLocality:
 
     def choose(self, nodes: Iterable[Node], image: str | None, avoid: str | None = None) -> Node | None:
         """The node a rollout of ``image`` takes now, or None to wait. ``avoid``: a node id not to take while another
-        node is alive (where the rollout's last attempt failed)."""
-        nodes = list(nodes)
-        if avoid is not None and any(n.alive and n.sick is None and n.node_id != avoid for n in nodes):
-            nodes = [n for n in nodes if n.node_id != avoid]
+        node is alive and well (where the rollout's last attempt failed: ``slots.besides``)."""
+        nodes = besides(nodes, avoid)
         free = [n for n in nodes if n.free > 0]
         if not free:
             return None

@@ -195,14 +195,22 @@ bound to its worker: at a batch's end it may wait there for a slot while another
 attempt's time. For rollouts of minutes the saving is nothing and that wait is not."""
 
 
+def besides(nodes: Iterable[Node], avoid: str | None) -> list[Node]:
+    """``nodes`` without node ``avoid`` (where a rollout's last attempt failed, as infrastructure) while another node
+    is alive and well: the retry runs elsewhere, or waits for a slot elsewhere, never back where it failed because
+    that node had a slot first (a node whose daemon hangs fails each attempt only after a long wait)."""
+    nodes = list(nodes)
+    if avoid is not None and any(n.alive and n.sick is None and n.node_id != avoid for n in nodes):
+        return [n for n in nodes if n.node_id != avoid]
+    return nodes
+
+
 def queue_on(nodes: Iterable[Node], image: str | None, avoid: str | None) -> Node | None:
     """A full worker to send a rollout ahead to (it starts there when a slot frees), each holding up to one per
     slot (its share of the node's adaptive limit, when it has one): the one with the shortest wait, holding the
-    rollout's image, whose attempts are short (``AHEAD_MAX_SECONDS``), not ``avoid`` while another will do; None to
+    rollout's image, whose attempts are short (``AHEAD_MAX_SECONDS``), not ``avoid`` (``besides``); None to
     wait."""
-    full = [n for n in nodes if n.alive and n.actor is not None and n.sick is None
+    full = [n for n in besides(nodes, avoid) if n.alive and n.actor is not None and n.sick is None
             and n.slots <= n.used < 2 * n.slots and (image is None or image in n.images)
             and n.seconds is not None and n.seconds < AHEAD_MAX_SECONDS]
-    if avoid is not None and any(n.node_id != avoid for n in full):
-        full = [n for n in full if n.node_id != avoid]
     return min(full, key=lambda n: n.used / n.slots, default=None)

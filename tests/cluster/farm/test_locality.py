@@ -71,5 +71,10 @@ def test_a_rollout_is_sent_ahead_only_to_a_full_worker_with_short_attempts_and_r
     other.note_seconds(3.0)
     assert queue_on([short, other], None, None) is other, "the shortest wait"
     assert queue_on([short, other], None, "other") is short, "not where its last attempt failed, while another will do"
+    short.used = 8  # the other worker has no room to wait: the retry waits on the driver, not back where it failed
+    assert queue_on([short, other], None, "other") is None
+    assert ImageLocality().choose([short, other, free], None, "free") is None
+    short.sick = "its engine does not answer"
+    assert queue_on([short, other], None, "other") is other, "no other well node: where it failed is the one left"
     assert queue_on([short, other], "img:1", None) is None, "only where its image is"
     assert running([short, other, free]) == 4 + 4 + 1, "what waits on a worker is not running"
