@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from envs.images.daemon import LONG_WORK_TIMEOUT, ImageError, docker_client, patient
+from envs.images.daemon import LONG_WORK_TIMEOUT, ImageError, docker_client, watched
 from envs.images.image_names import DEFAULT_BASE_IMAGE, image_for, is_instance_tag
 from envs.images.sources import fetch_image
 from envs.runtimes.output import decode
@@ -41,7 +41,7 @@ def docker_build(client: Any, tag: str, **options: Any) -> None:
 
     options.setdefault("timeout", LONG_WORK_TIMEOUT)
     try:
-        client.images.build(tag=tag, **options)
+        watched(client, lambda: client.images.build(tag=tag, **options), f"the build of {tag}")
     except docker.errors.BuildError as exc:
         lines = [str(e.get("stream") or e.get("error") or "") for e in exc.build_log]
         engine = any(word in str(exc.msg) for word in ENGINE_FAILURES)
@@ -131,9 +131,9 @@ def _import_rootfs(client: Any, rootfs: str, tag: str) -> None:
                 yield block
 
         try:
-            with patient(client):
-                client.api.import_image(src=chunks(), repository=repository, tag=version,
-                                        changes=list(BASE_CHANGES), stream_src=True)
+            watched(client, lambda: client.api.import_image(src=chunks(), repository=repository, tag=version,
+                                                            changes=list(BASE_CHANGES), stream_src=True),
+                    f"the import of {tag}")
         except Exception as exc:  # the SDK raises requests' and its own errors alike
             raise ImageError(f"cannot import {tag}: {exc}", retryable=True) from None
         finally:
@@ -189,8 +189,7 @@ def _build_or_pull(image: str, client: Any, log: Callable[[str], Any]) -> None:
     if is_instance_tag(image):
         raise ImageError(f"image {image} is missing: build it with `rollout images build DATASET`")
     try:
-        with patient(client):
-            client.images.pull(image)
+        watched(client, lambda: client.images.pull(image), f"the pull of {image}")
     except docker.errors.APIError as exc:
         reason = getattr(exc, "explanation", None) or exc
         raise ImageError(f"image {image} is missing and could not be pulled ({reason}): give the rows a repo_path "

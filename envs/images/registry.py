@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable
 
-from envs.images.daemon import ImageError, patient
+from envs.images.daemon import ImageError, watched
 from rollout.errors import ConfigError
 
 USER_VARIABLE, PASSWORD_VARIABLE = "ROLLOUT_REGISTRY_USERNAME", "ROLLOUT_REGISTRY_PASSWORD"
@@ -87,12 +87,12 @@ class RegistrySource:
         repository, tag = split(self.remote(image))
         client.images.get(image).tag(repository, tag)
         try:
-            with patient(client):
-                for line in client.api.push(repository, tag=tag, stream=True, decode=True,
-                                            auth_config=credentials()):
-                    if line.get("error"):
-                        raise ImageError(f"pushing {image} to {self.prefix} failed: {line['error']}",
-                                         retryable=True)
+            lines = watched(client, lambda: list(client.api.push(repository, tag=tag, stream=True, decode=True,
+                                                                 auth_config=credentials())),
+                            f"the push of {image}")
+            for line in lines:
+                if line.get("error"):
+                    raise ImageError(f"pushing {image} to {self.prefix} failed: {line['error']}", retryable=True)
         finally:
             client.api.remove_image(f"{repository}:{tag}", noprune=True)
         log(f"pushed {image} to {self.prefix}")

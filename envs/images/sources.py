@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from envs.images.daemon import patient
+from envs.images.daemon import watched
 
 
 class ImageSource(Protocol):
@@ -82,8 +82,7 @@ def fetch_image(image: str, client: Any, *, layered_only: bool = False) -> str |
             continue
         with _fetch_slots:
             began = time.monotonic()
-            with patient(client):  # a fetch streams a whole image, or its missing layers
-                moved = source.fetch(image, client)
+            moved = watched(client, lambda: source.fetch(image, client), f"the fetch of {image} from {source.name}")
         if moved is not None:
             with _guard:
                 _fetches.append(Fetch(image, source.name, round(time.monotonic() - began, 3), int(moved)))

@@ -18,7 +18,7 @@ import pytest
 
 from cluster.cli.images import main as images_main
 from envs.images.base_image import build_base_image, ensure_image, image_present
-from envs.images.daemon import ANSWER_TIMEOUT, LONG_WORK_TIMEOUT, ImageError, docker_client, patient
+from envs.images.daemon import ANSWER_TIMEOUT, LONG_WORK_TIMEOUT, ImageError, docker_client, watched
 from envs.images.image_names import image_for, instance_tag, swebench_name
 from envs.images.instance_images import LABEL, build_instance_images
 from rollout.data.dataset import load_tasks
@@ -79,6 +79,9 @@ def test_a_build_step_the_engine_could_not_start_is_retried_and_a_failed_command
     from envs.images.base_image import docker_build
 
     class Engine:  # the fault, injected where the SDK raises it
+        class api:
+            timeout = 60
+
         class images:
             @staticmethod
             def build(**options):
@@ -101,9 +104,10 @@ class SlowDaemon(http.server.BaseHTTPRequestHandler):
     only after ``delay`` seconds (the injected fault)."""
 
     delay = 3.0
+    wedged = ("/images/",)
 
     def do_GET(self):  # noqa: N802 - http.server's name
-        if "/images/" in self.path:
+        if any(part in self.path for part in self.wedged):
             time.sleep(self.delay)
             body, code = {"message": "No such image"}, 404
         else:
@@ -127,14 +131,25 @@ class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return request, ("daemon", 0)  # http.server wants a (host, port)
 
 
+class WedgedDaemon(SlowDaemon):
+    """A daemon that hangs whole: its ``info`` as silent as its image inspects."""
+
+    wedged = ("/images/", "/info")
+
+
+def serve_daemon(path: str, handler: type) -> UnixServer:
+    server = UnixServer(path, handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_a_daemon_silent_past_the_clients_timeout_fails_the_call_as_infrastructure_and_long_work_waits(
         tmp_path, monkeypatch):
     """The image code's client gives up on a daemon that stays silent (a hang costs a rollout one bounded wait, a
     retryable failure), by default after ``ANSWER_TIMEOUT``, never the hour long work may take; inside ``patient``
-    the same call waits, and the client has its own timeout again after."""
+    the same call waits while the daemon answers beside it, and the client has its own timeout again after."""
     path = str(tmp_path / "docker.sock")
-    server = UnixServer(path, SlowDaemon)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_daemon(path, SlowDaemon)
     monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
     try:
         assert docker_client().api.timeout == ANSWER_TIMEOUT < LONG_WORK_TIMEOUT
@@ -145,9 +160,26 @@ def test_a_daemon_silent_past_the_clients_timeout_fails_the_call_as_infrastructu
         quick = time.monotonic() - began
         assert caught.value.retryable and quick < SlowDaemon.delay
         began = time.monotonic()
-        with patient(client, seconds=10):
-            assert image_present(client, "rollout-farm/instance:x") is False
+        assert watched(client, lambda: image_present(client, "rollout-farm/instance:x"), "an inspect", every=0.2)\
+            is False
         assert time.monotonic() - began >= SlowDaemon.delay and client.api.timeout == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_long_work_on_a_daemon_that_stops_answering_beside_it_fails_at_once_as_infrastructure(tmp_path, monkeypatch):
+    """A build, pull or load may stream nothing for long; the daemon must still answer its ``info`` beside it. One
+    that does not (stopped, wedged) fails the work after that one question's wait, not after the hour."""
+    path = str(tmp_path / "docker.sock")
+    server = serve_daemon(path, WedgedDaemon)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    try:
+        client = docker_client(timeout=1)
+        began = time.monotonic()
+        with pytest.raises(ImageError, match="stopped answering during the build of x") as caught:
+            watched(client, lambda: image_present(client, "x"), "the build of x", every=0.2, answer=0.5)
+        assert caught.value.retryable and time.monotonic() - began < WedgedDaemon.delay
     finally:
         server.shutdown()
         server.server_close()
