@@ -25,6 +25,9 @@ WITH_OWNER_LABEL = "rollout-farm.dies-with-owner"
 """On containers that must not outlive their owner (``die_with_owner``); the watchdog removes only those."""
 POLL = 0.2
 """Seconds between looks at the owner where the kernel cannot tell us (no pidfd)."""
+UNANSWERED_FOR, RETRY_EVERY = 900.0, 5.0
+"""How long the watchdog keeps asking an engine that does not answer once the owner is gone (a daemon restarting or
+hung when its owner died: what it created is removed once it answers again), and how often."""
 
 _started: set[tuple[str, str | None]] = set()
 
@@ -88,8 +91,15 @@ def main(argv: list[str]) -> int:
     base_url = argv[3] if len(argv) > 3 else None
     wait_for_death(pid, ticks)
     time.sleep(0.5)  # the switch's own removals go first; what is left is ours
-    remove_owned(pid, engine, base_url)
-    return 0
+    deadline = time.monotonic() + UNANSWERED_FOR
+    while True:
+        try:
+            remove_owned(pid, engine, base_url)
+            return 0
+        except Exception:  # noqa: BLE001 - the engine did not answer (restarting, hung): again, until it does
+            if time.monotonic() > deadline:
+                return 1
+            time.sleep(RETRY_EVERY)
 
 
 if __name__ == "__main__":

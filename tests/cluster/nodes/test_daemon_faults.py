@@ -101,4 +101,5 @@ def test_a_daemon_that_hangs_costs_a_bounded_wait_and_the_run_ends_without_it(ra
                for r in reran), reran
     assert sick, "the node's failed starts were not said"
     assert max(tries.values()) <= 2, tries.most_common(3)
-    assert left and labelled(other) == [], "containers left behind once the daemon answered again"
+    assert left and labelled(other) == [], ("containers left behind once the daemon answered again: "
+                                            + hung.docker("ps", "-a", "--format", "{{.Names}} {{.Status}}").stdout)
