@@ -139,7 +139,7 @@ exec {ray} start --address={self.head} --node-ip-address={self.address} --num-cp
         pid file naming a containerd still shutting down connects to it and hangs."""
         if self.process is None or self.process.poll() is not None:
             raise RuntimeError(f"machine {self.name} is not running")
-        pid = int((self.root / "docker.pid").read_text())
+        pid = self.daemon_pid()
         os.kill(pid, signal.SIGTERM)
         stopped = time.monotonic()
         deadline = stopped + timeout
@@ -161,10 +161,14 @@ exec {ray} start --address={self.head} --node-ip-address={self.address} --num-cp
     def hang_daemon(self) -> None:
         """The machine's docker daemon stopped (SIGSTOP) and left in place: a wedged daemon, whose socket still takes
         connections and never answers. ``resume_daemon`` lets it go on."""
-        os.kill(int((self.root / "docker.pid").read_text()), signal.SIGSTOP)
+        os.kill(self.daemon_pid(), signal.SIGSTOP)
 
     def resume_daemon(self) -> None:
-        os.kill(int((self.root / "docker.pid").read_text()), signal.SIGCONT)
+        os.kill(self.daemon_pid(), signal.SIGCONT)
+
+    def daemon_pid(self) -> int:
+        """The machine's docker daemon's pid, from its pid file."""
+        return int((self.root / "docker.pid").read_text())
 
     def daemon_pids(self) -> list[int]:
         """The machine's docker daemon, its containerd and their shims, running (their command lines name their
